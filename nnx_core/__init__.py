@@ -1,0 +1,45 @@
+"""nnx_core: Modules, Variables, the graph/state API, filters, Rngs and lifted transforms."""
+
+from ._api import clone as clone
+from ._api import graphdef as graphdef
+from ._api import iter_graph as iter_graph
+from ._api import merge as merge
+from ._api import pop as pop
+from ._api import split as split
+from ._api import state as state
+from ._api import update as update
+from ._filters import All as All
+from ._filters import Any_ as Any
+from ._filters import Everything as Everything
+from ._filters import Not as Not
+from ._filters import Nothing as Nothing
+from ._filters import OfType as OfType
+from ._filters import PathContains as PathContains
+from ._filters import to_predicate as to_predicate
+from ._graph import GraphDef as GraphDef
+from ._graph import register_node_type as register_node_type
+from ._module import Module as Module
+from ._rngs import RngCount as RngCount
+from ._rngs import RngKey as RngKey
+from ._rngs import Rngs as Rngs
+from ._rngs import RngStream as RngStream
+from ._state import State as State
+from ._state import format_path as format_path
+from ._tracing import TraceContextError as TraceContextError
+from ._variables import BatchStat as BatchStat
+from ._variables import Cache as Cache
+from ._variables import Intermediate as Intermediate
+from ._variables import Param as Param
+from ._variables import Variable as Variable
+from ._variables import register_variable_type as register_variable_type
+from ._variables import registered_variable_types as registered_variable_types
+from ._variables import variable_name as variable_name
+from ._variables import variable_type as variable_type
+
+__all__ = [
+    "All", "Any", "BatchStat", "Cache", "Everything", "GraphDef", "Intermediate", "Module", "Not",
+    "Nothing", "OfType", "Param", "PathContains", "RngCount", "RngKey", "RngStream", "Rngs",
+    "State", "TraceContextError", "Variable", "clone", "format_path", "graphdef", "iter_graph",
+    "merge", "pop", "register_node_type", "register_variable_type", "registered_variable_types",
+    "split", "state", "to_predicate", "update", "variable_name", "variable_type",
+]

@@ -1,0 +1,289 @@
+"""The graph/state API: split, merge, state, graphdef, update, clone, pop, iter_graph."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ._filters import (
+    All,
+    Any_,
+    Filter,
+    Not,
+    OfType,
+    PathContains,
+    _Constant,
+    check_filters,
+    to_predicate,
+)
+from ._graph import GraphDef, Plan, bump_epoch, iter_nodes, plan_for, unflatten
+from ._state import State, format_path, raise_unmatched
+from ._variables import Variable
+
+Path = tuple[Any, ...]
+_CACHEABLE = (type, str, OfType, PathContains, All, Any_, Not, _Constant)
+
+
+def _cache_key(filters: tuple[Filter, ...]) -> Any:
+    """Filters that depend only on structure (kinds, paths) can be cached per Plan."""
+
+    def ok(f: Any) -> bool:
+        if f is Ellipsis or f is None or isinstance(f, bool):
+            return True
+        if isinstance(f, (tuple, list)):
+            return all(ok(g) for g in f)
+        if isinstance(f, (All, Any_)):
+            return all(ok(g) for g in f.filters)
+        if isinstance(f, Not):
+            return ok(f.filter)
+        return isinstance(f, _CACHEABLE)
+
+    if not all(ok(f) for f in filters):
+        return None
+    try:
+        hash(filters)
+    except TypeError:
+        return None
+    return filters
+
+
+def _partition(plan: Plan, filters: tuple[Filter, ...], *, exhaustive: bool) -> list[list[int]]:
+    key = _cache_key(filters) if filters else ()
+    if key is not None:
+        cached = plan.partitions.get((key, exhaustive))
+        if cached is not None:
+            return cached
+    preds = check_filters(filters) if filters else (to_predicate(...),)
+    leaves = plan.current_leaves()
+    parts: list[list[int]] = [[] for _ in preds]
+    unmatched = []
+    for i, (path, leaf) in enumerate(zip(plan.graphdef.paths, leaves)):
+        for j, pred in enumerate(preds):
+            if pred(path, leaf):
+                parts[j].append(i)
+                break
+        else:
+            unmatched.append((path, leaf))
+    if exhaustive and unmatched:
+        raise_unmatched(unmatched, filters)
+    if key is not None:
+        plan.partitions[(key, exhaustive)] = parts
+    return parts
+
+
+def _build_state(plan: Plan, indices: list[int], leaves: list[Any]) -> State:
+    paths = plan.graphdef.paths
+    root: dict[Any, Any] = {}
+    for i in indices:
+        path = paths[i]
+        node = root
+        for key in path[:-1]:
+            child = node.get(key)
+            if child is None:
+                child = node[key] = {}
+            node = child
+        leaf = leaves[i]
+        node[path[-1]] = leaf.copy() if isinstance(leaf, Variable) else leaf
+    return _to_state(root)
+
+
+def _to_state(d: dict[Any, Any]) -> State:
+    s = object.__new__(State)
+    object.__setattr__(s, "_mapping", {k: _to_state(v) if type(v) is dict else v for k, v in d.items()})
+    return s
+
+
+def split(node: Any, *filters: Filter) -> tuple[Any, ...]:
+    """Split a graph into its GraphDef and one State per filter.
+
+    Every Variable goes to the first filter that matches it; a Variable matching none is an
+    error, so end with ``...`` to catch the rest. The States hold detached copies of the
+    Variables (sharing the arrays): changing them does not change ``node``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import nnx_core as nnx
+        >>> class Block(nnx.Module):
+        ...     def __init__(self):
+        ...         self.w = nnx.Param(jnp.ones((2, 2)))
+        ...         self.mean = nnx.BatchStat(jnp.zeros(2))
+        >>> graphdef, params, rest = nnx.split(Block(), nnx.Param, ...)
+        >>> list(params), list(rest)
+        (['w'], ['mean'])
+        >>> nnx.merge(graphdef, params, rest).w.shape
+        (2, 2)
+
+    Raises:
+        ValueError: a Variable matches no filter (its path is named), or ``...`` is not last.
+    """
+    plan = plan_for(node)
+    leaves = plan.current_leaves()
+    parts = _partition(plan, filters, exhaustive=True)
+    return (plan.graphdef, *(_build_state(plan, p, leaves) for p in parts))
+
+
+def state(node: Any, *filters: Filter) -> Any:
+    """The State of ``node`` (only the matching Variables; one State per filter if several).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> import nnx_core as nnx
+        >>> class M(nnx.Module):
+        ...     def __init__(self):
+        ...         self.w = nnx.Param(jnp.ones(3)); self.n = nnx.Variable(jnp.array(0))
+        >>> len(jax.tree_util.tree_leaves(nnx.state(M()))), list(nnx.state(M(), nnx.Param))
+        (2, ['w'])
+    """
+    plan = plan_for(node)
+    leaves = plan.current_leaves()
+    parts = _partition(plan, filters, exhaustive=False)
+    states = tuple(_build_state(plan, p, leaves) for p in parts)
+    return states[0] if len(states) == 1 else states
+
+
+def graphdef(node: Any) -> GraphDef:
+    """The GraphDef of ``node``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import nnx_core as nnx
+        >>> class M(nnx.Module):
+        ...     def __init__(self): self.w = nnx.Param(jnp.ones(3))
+        >>> nnx.graphdef(M()) == nnx.graphdef(M())
+        True
+    """
+    return plan_for(node).graphdef
+
+
+def merge(graphdef: GraphDef, state: Mapping[Any, Any] | None = None, /, *states: Mapping[Any, Any]) -> Any:
+    """Build a new graph from a GraphDef and States (never calls ``__init__``).
+
+    Shared submodules and Variables are shared again in the result and cycles are restored.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import nnx_core as nnx
+        >>> class M(nnx.Module):
+        ...     def __init__(self): self.w = nnx.Param(jnp.ones(3))
+        >>> g, s = nnx.split(M())
+        >>> m = nnx.merge(g, s); type(m).__name__, m.w.value.tolist()
+        ('M', [1.0, 1.0, 1.0])
+
+    Raises:
+        ValueError: the states lack a path the GraphDef needs, or have one it does not.
+    """
+    if not isinstance(graphdef, GraphDef):
+        raise TypeError(f"merge expects a GraphDef first (from split or graphdef), got {type(graphdef).__name__}.")
+    flat: dict[Path, Any] = {}
+    for s in (state, *states) if state is not None else ():
+        s = s if isinstance(s, State) else State(s)
+        flat.update(s.flat_state())
+    paths = graphdef.paths
+    missing = [format_path(p) for p in paths if p not in flat]
+    if missing or len(flat) != len(paths):
+        extra = sorted(format_path(p) for p in set(flat) - set(paths))
+        raise ValueError(
+            "merge: the states do not match the GraphDef. "
+            + (f"Missing: {', '.join(missing[:10])}. " if missing else "")
+            + (f"Unexpected: {', '.join(extra[:10])}. " if extra else "")
+            + "Pass every State returned by split (or state) for this GraphDef."
+        )
+    return unflatten(graphdef, [flat[p] for p in paths])
+
+
+def update(node: Any, state: Mapping[Any, Any], /, *states: Mapping[Any, Any]) -> None:
+    """Write the values of ``states`` into the matching Variables of ``node`` in place.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import nnx_core as nnx
+        >>> class M(nnx.Module):
+        ...     def __init__(self): self.w = nnx.Param(jnp.ones(2))
+        >>> m = M(); s = nnx.state(m); s["w"].value = jnp.zeros(2)
+        >>> nnx.update(m, s); m.w.value.tolist()
+        [0.0, 0.0]
+
+    Raises:
+        KeyError: a path in the states does not exist in ``node``.
+    """
+    plan = plan_for(node)
+    index = plan.path_index()
+    for s in (state, *states):
+        s = s if isinstance(s, State) else State(s)
+        for path, leaf in s.flat_state():
+            i = index.get(path)
+            if i is None:
+                raise KeyError(
+                    f"update: {format_path(path)} does not exist in {type(node).__name__}. "
+                    f"Known paths include: {', '.join(format_path(p) for p in list(index)[:8])}."
+                )
+            value = leaf._value if isinstance(leaf, Variable) else leaf
+            plan.write_leaf(i, value)
+
+
+def clone(node: Any) -> Any:
+    """A deep copy of the graph (new objects, same arrays, same sharing and cycles).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import nnx_core as nnx
+        >>> class M(nnx.Module):
+        ...     def __init__(self): self.w = nnx.Param(jnp.ones(2))
+        >>> m = M(); c = nnx.clone(m)
+        >>> c is m, c.w is m.w, c.w.shape
+        (False, False, (2,))
+    """
+    plan = plan_for(node)
+    return unflatten(plan.graphdef, plan.current_leaves())
+
+
+def pop(node: Any, *filters: Filter) -> Any:
+    """Remove the Variables matching ``filters`` from ``node`` and return them as State(s).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import nnx_core as nnx
+        >>> class M(nnx.Module):
+        ...     def __init__(self):
+        ...         self.w = nnx.Param(jnp.ones(2)); self.seen = nnx.Intermediate((jnp.ones(2),))
+        >>> m = M(); popped = nnx.pop(m, nnx.Intermediate)
+        >>> list(popped), hasattr(m, "seen")
+        (['seen'], False)
+
+    Raises:
+        TypeError: a matching Variable sits in a container that cannot drop it (a tuple).
+    """
+    if not filters:
+        raise TypeError("pop needs at least one filter, e.g. nnx.pop(model, nnx.Intermediate).")
+    plan = plan_for(node)
+    leaves = plan.current_leaves()
+    parts = _partition(plan, filters, exhaustive=False)
+    states = tuple(_build_state(plan, p, leaves) for p in parts)
+    removals = sorted((i for p in parts for i in p), key=lambda i: plan.graphdef.paths[i], reverse=True)
+    for i in removals:
+        owner, impl, key = plan.owners[i]
+        if impl is not None and impl.fill is not None:
+            del vars(owner)[key]
+        elif impl is not None and impl.pop_key is not None:
+            impl.pop_key(owner, key)
+        else:
+            raise TypeError(
+                f"pop: cannot remove {format_path(plan.graphdef.paths[i])} from a "
+                f"{type(owner).__name__}; hold it in a list, dict or Module attribute instead."
+            )
+    bump_epoch()
+    return states[0] if len(states) == 1 else states
+
+
+def iter_graph(node: Any) -> Iterator[tuple[Path, Any]]:
+    """Yield ``(path, value)`` for every node, Variable and array once, root first.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import nnx_core as nnx
+        >>> class M(nnx.Module):
+        ...     def __init__(self): self.layers = [nnx.Param(jnp.ones(1))]
+        >>> [(p, type(v).__name__) for p, v in nnx.iter_graph(M())]
+        [((), 'M'), (('layers',), 'list'), (('layers', 0), 'Param')]
+    """
+    return iter_nodes(node)

@@ -1,0 +1,227 @@
+"""Module: a plain mutable Python class whose attributes form a graph."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from ._filters import Filter, to_predicate
+from ._graph import NodeImpl, bump_epoch, is_array, iter_nodes, register_internal
+from ._variables import Intermediate, Variable, _describe, variable_name
+
+M = TypeVar("M", bound="Module")
+_MISSING = object()
+
+
+class Module:
+    """Base class of models: assign Variables, arrays, submodules and plain lists/dicts of them.
+
+    Attributes of any other type are static (part of the structure, not the state). No wrapper
+    types are needed for containers, and no ``super().__init__()`` call.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> import nnx_core as nnx
+        >>> class MLP(nnx.Module):
+        ...     def __init__(self, sizes, *, rngs):
+        ...         self.layers = [nnx.Param(jax.random.normal(rngs.params(), (a, b)))
+        ...                        for a, b in zip(sizes[:-1], sizes[1:])]
+        ...         self.deterministic = False
+        ...     def __call__(self, x):
+        ...         for w in self.layers:
+        ...             x = jnp.tanh(x @ w)
+        ...         return x
+        >>> m = MLP([3, 4, 2], rngs=nnx.Rngs(0))
+        >>> m(jnp.ones((1, 3))).shape
+        (1, 2)
+        >>> m.eval().deterministic
+        True
+        >>> print(m.summary())
+        MLP: 20 parameters in 2 Variables (80 B)
+        kind   variables  elements  bytes
+        Param          2        20   80 B
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        old = self.__dict__.get(name, _MISSING)
+        if old is not value and not (is_array(old) and is_array(value)):
+            bump_epoch()
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        bump_epoch()
+        object.__delattr__(self, name)
+
+    # -- modes -------------------------------------------------------------------------------
+    def set_attributes(self: M, *, raise_if_not_found: bool = True, **attributes: Any) -> M:
+        """Set ``attributes`` on every submodule (and this module) that already has them.
+
+        Raises:
+            AttributeError: no module in the graph has one of the attributes.
+        """
+        found = set()
+        for _, module in self.iter_modules():
+            d = vars(module)
+            for name, value in attributes.items():
+                if name in d:
+                    setattr(module, name, value)
+                    found.add(name)
+        missing = set(attributes) - found
+        if missing and raise_if_not_found:
+            raise AttributeError(
+                f"No module in {type(self).__name__} has the attribute(s) {sorted(missing)}; "
+                "pass raise_if_not_found=False to ignore."
+            )
+        return self
+
+    def train(self: M, **attributes: Any) -> M:
+        """Training mode: ``deterministic=False`` and ``use_running_average=False`` everywhere."""
+        return self.set_attributes(
+            deterministic=False, use_running_average=False, raise_if_not_found=False, **attributes
+        )
+
+    def eval(self: M, **attributes: Any) -> M:
+        """Evaluation mode: ``deterministic=True`` and ``use_running_average=True`` everywhere."""
+        return self.set_attributes(
+            deterministic=True, use_running_average=True, raise_if_not_found=False, **attributes
+        )
+
+    # -- intermediates -----------------------------------------------------------------------
+    def sow(
+        self,
+        variable_type: type[Variable],
+        name: str,
+        value: Any,
+        *,
+        reduce_fn: Callable[[Any, Any], Any] = lambda prev, new: (*prev, new),
+        init_fn: Callable[[], Any] = tuple,
+    ) -> None:
+        """Record ``value`` in the Variable ``name`` of kind ``variable_type`` (a tuple by default).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> import nnx_core as nnx
+            >>> class M(nnx.Module):
+            ...     def __call__(self, x):
+            ...         self.sow(nnx.Intermediate, "h", x * 2)
+            ...         return x
+            >>> m = M(); _ = m(jnp.ones(2)); _ = m(jnp.ones(2))
+            >>> len(m.h.value), m.h.value[0].tolist()
+            (2, [2.0, 2.0])
+
+        Raises:
+            TypeError: ``name`` holds something that is not a ``variable_type`` Variable.
+        """
+        current = vars(self).get(name, _MISSING)
+        if current is _MISSING:
+            setattr(self, name, variable_type(reduce_fn(init_fn(), value)))
+        elif isinstance(current, variable_type):
+            current.value = reduce_fn(current.value, value)
+        else:
+            raise TypeError(
+                f"sow: attribute {name!r} of {type(self).__name__} holds a "
+                f"{type(current).__name__}, not a {variable_type.__name__}. Use another name."
+            )
+
+    # -- traversal ---------------------------------------------------------------------------
+    def iter_modules(self) -> Iterator[tuple[tuple[Any, ...], Module]]:
+        """Yield ``(path, module)`` for this module and every submodule, once each."""
+        for path, x in iter_nodes(self):
+            if isinstance(x, Module):
+                yield path, x
+
+    def iter_children(self) -> Iterator[tuple[str, Module]]:
+        """Yield ``(name, module)`` for the direct submodule attributes."""
+        for name, value in sorted(vars(self).items()):
+            if isinstance(value, Module):
+                yield name, value
+
+    # -- display -----------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return _repr(self, 0, set())
+
+    def summary(self, *filters: Filter) -> str:
+        """A table of Variable counts, element counts and bytes per Variable kind."""
+        pred = to_predicate(filters if filters else ...)
+        rows: dict[str, list[int]] = {}
+        for path, x in iter_nodes(self):
+            if not (isinstance(x, Variable) or is_array(x)) or not pred(path, x):
+                continue
+            value = x.value if isinstance(x, Variable) else x
+            kind = _kind_name(type(x)) if isinstance(x, Variable) else "array"
+            row = rows.setdefault(kind, [0, 0, 0])
+            row[0] += 1
+            row[1] += int(getattr(value, "size", 0))
+            row[2] += int(getattr(value, "nbytes", 0))
+        params = rows.get("Param", [0, 0, 0])
+        total = [sum(r[i] for r in rows.values()) for i in range(3)]
+        head = (f"{type(self).__name__}: {params[1]:,} parameters in {total[0]} Variables "
+                f"({_bytes(total[2])})")
+        width = max([len(k) for k in rows] + [5])
+        lines = [head, f"{'kind':<{width}}  variables  elements  bytes"]
+        for kind, (n, size, nbytes) in rows.items():
+            lines.append(f"{kind:<{width}}  {n:>9}  {size:>8,}  {_bytes(nbytes):>5}")
+        return "\n".join(lines)
+
+
+def _kind_name(cls: type[Variable]) -> str:
+    try:
+        return variable_name(cls)
+    except KeyError:
+        return cls.__name__
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def _repr(x: Any, indent: int, seen: set[int]) -> str:
+    pad = "  " * (indent + 1)
+    if isinstance(x, Module):
+        if id(x) in seen:
+            return f"{type(x).__name__}(...)"
+        seen.add(id(x))
+        items = sorted(vars(x).items())
+        if not items:
+            return f"{type(x).__name__}()"
+        body = "".join(f"{pad}{k}={_repr(v, indent + 1, seen)},\n" for k, v in items)
+        return f"{type(x).__name__}(\n{body}{'  ' * indent})"
+    if isinstance(x, (list, tuple)) and any(isinstance(v, (Module, Variable)) or is_array(v) for v in x):
+        open_, close = ("[", "]") if isinstance(x, list) else ("(", ")")
+        body = "".join(f"{pad}{_repr(v, indent + 1, seen)},\n" for v in x)
+        return f"{open_}\n{body}{'  ' * indent}{close}"
+    if isinstance(x, dict) and any(isinstance(v, (Module, Variable)) or is_array(v) for v in x.values()):
+        body = "".join(f"{pad}{k!r}: {_repr(v, indent + 1, seen)},\n" for k, v in x.items())
+        return f"{{\n{body}{'  ' * indent}}}"
+    if is_array(x):
+        return _describe(x)
+    return repr(x)
+
+
+def _module_flatten(m: Module) -> tuple[list[tuple[str, Any]], None]:
+    return sorted(vars(m).items()), None
+
+
+def _module_fill(m: Module, children: Any) -> None:
+    d = vars(m)
+    d.clear()
+    d.update(children)
+
+
+register_internal(
+    Module,
+    NodeImpl(
+        flatten=_module_flatten,
+        create_empty=lambda t, aux: object.__new__(t),
+        fill=_module_fill,
+        set_key=lambda m, k, v: vars(m).__setitem__(k, v),
+        pop_key=lambda m, k: vars(m).pop(k),
+        subclasses=True,
+    ),
+)
+
+__all__ = ["Module", "Intermediate"]
