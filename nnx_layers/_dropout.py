@@ -1,0 +1,117 @@
+"""`Dropout`: randomly zero entries in training mode, identity in eval mode."""
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from nnx_core import Module, Rngs
+
+__all__ = ["Dropout"]
+
+
+def _check_rate(rate: Any) -> float:
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
+        raise ValueError(
+            f"Dropout rate must be a number in [0, 1] (the probability of dropping an entry), "
+            f"got {rate!r}. Pass e.g. Dropout(0.1)."
+        )
+    return rate
+
+
+class Dropout(Module):
+    """Zero each entry with probability ``rate`` and scale the rest by ``1 / (1 - rate)``.
+
+    The layer is the identity when ``deterministic`` is True (``model.eval()``) or ``rate``
+    is 0, and returns exact zeros when ``rate`` is 1. Random keys come from the ``rngs``
+    passed to the call, else from the ``rngs`` given at construction, using the
+    ``rng_collection`` stream (falling back to the ``default`` stream).
+
+    Args:
+        rate: probability of dropping an entry, in ``[0, 1]``.
+        broadcast_dims: axes along which one mask value is shared (e.g. ``(1,)`` drops
+            whole time steps' features together for ``(batch, time, features)``).
+        deterministic: if True, the layer is the identity; ``None`` means it must be
+            given to the call.
+        rng_collection: name of the Rngs stream to draw keys from.
+        rngs: random streams kept by the layer for training mode.
+
+    Raises:
+        ValueError: for a rate outside ``[0, 1]``; at call time, in training mode, when no
+            rngs were given to the constructor or to the call, or when ``deterministic`` is
+            ``None`` in both.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from nnx_core import Rngs
+        >>> from nnx_layers import Dropout
+        >>> drop = Dropout(0.5, rngs=Rngs(dropout=0))
+        >>> y = drop(jnp.ones((4, 8)))
+        >>> sorted(set(y.ravel().tolist()))
+        [0.0, 2.0]
+        >>> Dropout(0.5, deterministic=True)(jnp.ones(3))
+        Array([1., 1., 1.], dtype=float32)
+        >>> Dropout(1.0, rngs=Rngs(0))(jnp.ones(3))
+        Array([0., 0., 0.], dtype=float32)
+    """
+
+    def __init__(
+        self,
+        rate: float,
+        *,
+        broadcast_dims: Sequence[int] = (),
+        deterministic: bool | None = False,
+        rng_collection: str = "dropout",
+        rngs: Rngs | None = None,
+    ):
+        self.rate = _check_rate(rate)
+        self.broadcast_dims = tuple(broadcast_dims)
+        self.deterministic = deterministic
+        self.rng_collection = rng_collection
+        self.rngs = rngs
+
+    def __call__(
+        self,
+        inputs: jax.Array,
+        *,
+        deterministic: bool | None = None,
+        rngs: Rngs | jax.Array | None = None,
+    ) -> jax.Array:
+        """Apply dropout; ``deterministic``/``rngs`` override the layer's for this call.
+
+        ``rngs`` may be an `Rngs`, one of its streams, or a PRNG key.
+        """
+        if deterministic is None:
+            deterministic = self.deterministic
+        if deterministic is None:
+            raise ValueError(
+                "Dropout has deterministic=None and none was passed to the call. Pass "
+                "deterministic=True/False to the call, or call model.train() / model.eval()."
+            )
+        inputs = jnp.asarray(inputs)
+        if deterministic or self.rate == 0.0:
+            return inputs
+        if self.rate == 1.0:
+            return jnp.zeros_like(inputs)
+        key = self._key(rngs)
+        keep = 1.0 - self.rate
+        mask_shape = list(inputs.shape)
+        for axis in self.broadcast_dims:
+            mask_shape[axis] = 1
+        mask = jax.random.bernoulli(key, p=keep, shape=tuple(mask_shape))
+        mask = jnp.broadcast_to(mask, inputs.shape)
+        return jax.lax.select(mask, inputs / keep, jnp.zeros_like(inputs))
+
+    def _key(self, rngs: Any) -> jax.Array:
+        rngs = self.rngs if rngs is None else rngs
+        if rngs is None:
+            raise ValueError(
+                "Dropout is in training mode (deterministic=False) but has no rngs. Build it "
+                "with Dropout(rate, rngs=Rngs(dropout=0)), pass rngs= to the call, or call "
+                "model.eval() for inference."
+            )
+        if isinstance(rngs, Rngs):
+            return rngs[self.rng_collection]()
+        if isinstance(rngs, jax.Array):
+            return rngs
+        return rngs()

@@ -1,0 +1,187 @@
+"""Dense layers: `Linear` and `Embed`."""
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from nnx_core import Module, Param, Rngs
+
+from . import initializers
+from ._checks import (
+    Dtype,
+    as_input,
+    check_last_axis,
+    check_positive_int,
+    metadata,
+    promote_dtype,
+)
+from .initializers import Initializer
+
+__all__ = ["Linear", "Embed"]
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class Linear(Module):
+    """Dense layer ``y = x @ kernel + bias`` over the last axis.
+
+    Args:
+        in_features: width of the input's last axis.
+        out_features: width of the output's last axis.
+        use_bias: whether to add a bias.
+        dtype: computation dtype; ``None`` promotes the input and the parameters together.
+        param_dtype: dtype of ``kernel`` and ``bias``.
+        precision: ``jax.lax.Precision`` for the matmul.
+        kernel_init: initializer of ``kernel``, shape ``(in_features, out_features)``.
+        bias_init: initializer of ``bias``, shape ``(out_features,)``.
+        preferred_element_type: accumulation/result dtype passed to ``lax.dot_general``.
+        rngs: random streams; ``rngs.params()`` initializes the parameters.
+        kernel_metadata: metadata (e.g. ``sharding_names``) for the ``kernel`` Param.
+        bias_metadata: metadata for the ``bias`` Param.
+
+    Raises:
+        TypeError: for a non-floating input.
+        ValueError: for an input whose last axis is not ``in_features`` wide.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from nnx_core import Rngs
+        >>> from nnx_layers import Linear
+        >>> layer = Linear(3, 4, rngs=Rngs(0))
+        >>> layer.kernel.value.shape, layer.bias.value.shape
+        ((3, 4), (4,))
+        >>> layer(jnp.ones((2, 3))).shape
+        (2, 4)
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        use_bias: bool = True,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        precision: Any = None,
+        kernel_init: Initializer = initializers.lecun_normal(),
+        bias_init: Initializer = initializers.zeros,
+        preferred_element_type: Dtype | None = None,
+        rngs: Rngs,
+        kernel_metadata: Mapping[str, Any] = _EMPTY,
+        bias_metadata: Mapping[str, Any] = _EMPTY,
+    ):
+        self.in_features = check_positive_int("Linear", "in_features", in_features)
+        self.out_features = check_positive_int("Linear", "out_features", out_features)
+        self.use_bias = use_bias
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.precision = precision
+        self.kernel_init = kernel_init
+        self.bias_init = bias_init
+        self.preferred_element_type = preferred_element_type
+        self.kernel_metadata = metadata(kernel_metadata)
+        self.bias_metadata = metadata(bias_metadata)
+        kernel_value = kernel_init(rngs.params(), (in_features, out_features), param_dtype)
+        self.kernel = Param(kernel_value, **self.kernel_metadata)
+        self.bias: Param | None = None
+        if use_bias:
+            bias_value = bias_init(rngs.params(), (out_features,), param_dtype)
+            self.bias = Param(bias_value, **self.bias_metadata)
+
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        """Apply the layer to ``inputs`` of shape ``(..., in_features)``."""
+        inputs = as_input("Linear", inputs)
+        check_last_axis("Linear", inputs, self.in_features, "in_features")
+        bias = None if self.bias is None else self.bias.value
+        inputs, kernel, bias = promote_dtype((inputs, self.kernel.value, bias), dtype=self.dtype)
+        y = jax.lax.dot_general(
+            inputs,
+            kernel,
+            (((inputs.ndim - 1,), (0,)), ((), ())),
+            precision=self.precision,
+            preferred_element_type=self.preferred_element_type,
+        )
+        if bias is not None:
+            y = y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+        return y
+
+
+class Embed(Module):
+    """Lookup table mapping integer ids in ``[0, num_embeddings)`` to ``features``-vectors.
+
+    Args:
+        num_embeddings: number of rows of the table.
+        features: width of each embedding vector.
+        dtype: dtype of the looked-up vectors; ``None`` keeps ``param_dtype``.
+        param_dtype: dtype of ``embedding``.
+        embedding_init: initializer of ``embedding``, shape ``(num_embeddings, features)``.
+        rngs: random streams; ``rngs.params()`` initializes the table.
+        embedding_metadata: metadata for the ``embedding`` Param.
+
+    Raises:
+        TypeError: for a non-integer input to ``__call__``.
+        ValueError: for an ``attend`` query whose last axis is not ``features`` wide.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from nnx_core import Rngs
+        >>> from nnx_layers import Embed
+        >>> embed = Embed(10, 4, rngs=Rngs(0))
+        >>> embed(jnp.array([[1, 2, 3]])).shape
+        (1, 3, 4)
+        >>> embed.attend(jnp.ones((2, 4))).shape
+        (2, 10)
+    """
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        features: int,
+        *,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        embedding_init: Initializer = initializers.variance_scaling(
+            1.0, "fan_in", "normal", out_axis=0
+        ),
+        rngs: Rngs,
+        embedding_metadata: Mapping[str, Any] = _EMPTY,
+    ):
+        self.num_embeddings = check_positive_int("Embed", "num_embeddings", num_embeddings)
+        self.features = check_positive_int("Embed", "features", features)
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.embedding_init = embedding_init
+        self.embedding_metadata = metadata(embedding_metadata)
+        value = embedding_init(rngs.params(), (num_embeddings, features), param_dtype)
+        self.embedding = Param(value, **self.embedding_metadata)
+
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        """Look up the rows ``inputs`` (any integer array) -> shape ``inputs.shape + (features,)``."""
+        inputs = jnp.asarray(inputs)
+        if not jnp.issubdtype(inputs.dtype, jnp.integer):
+            raise TypeError(
+                f"Embed expects integer ids, got dtype {inputs.dtype} with shape "
+                f"{inputs.shape}. Cast the ids with x.astype(jnp.int32); to project float "
+                f"vectors use Embed.attend or Linear."
+            )
+        (embedding,) = promote_dtype((self.embedding.value,), dtype=self.dtype, inexact=False)
+        if self.num_embeddings == 1:
+            return jnp.broadcast_to(embedding, inputs.shape + (self.features,))
+        return jnp.take(embedding, inputs, axis=0)
+
+    def attend(self, query: jax.Array) -> jax.Array:
+        """Score ``query`` (``(..., features)``) against every embedding: ``query @ embedding.T``.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from nnx_core import Rngs
+            >>> from nnx_layers import Embed
+            >>> Embed(5, 3, rngs=Rngs(0)).attend(jnp.ones((7, 3))).shape
+            (7, 5)
+        """
+        query = jnp.asarray(query)
+        check_last_axis("Embed.attend", query, self.features, "features")
+        query, embedding = promote_dtype((query, self.embedding.value), dtype=self.dtype)
+        return jnp.dot(query, embedding.T)

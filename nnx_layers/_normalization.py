@@ -1,0 +1,395 @@
+"""Normalization layers: `BatchNorm`, `LayerNorm` and `RMSNorm`.
+
+Statistics are computed in at least float32 (``float32`` for ``bfloat16``/``float16`` inputs);
+the output dtype is ``dtype`` if given, else the promotion of the input and the parameters.
+"""
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from nnx_core import BatchStat, Module, Param, Rngs
+
+from . import initializers
+from ._checks import (
+    Dtype,
+    as_input,
+    canonical_axes,
+    check_feature_size,
+    check_positive_int,
+    frozen,
+    metadata,
+    )
+from .initializers import Initializer
+
+__all__ = ["BatchNorm", "LayerNorm", "RMSNorm"]
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _square(x: jax.Array) -> jax.Array:
+    return (x * jnp.conj(x)).real if jnp.iscomplexobj(x) else jnp.square(x)
+
+
+def _moments(
+    x: jax.Array,
+    axes: tuple[int, ...],
+    *,
+    module: Any,
+    use_mean: bool,
+    mask: jax.Array | None,
+) -> tuple[jax.Array | None, jax.Array]:
+    """Mean and variance of ``x`` over ``axes``; ``(None, mean square)`` if not ``use_mean``."""
+    dtype = x.dtype if module.dtype is None else module.dtype
+    x = jnp.asarray(x, jnp.promote_types(dtype, jnp.float32))
+
+    def all_mean(value: Any) -> Any:
+        if module.axis_name is None:
+            return value
+        return jax.lax.pmean(value, module.axis_name, axis_index_groups=module.axis_index_groups)
+
+    if not use_mean:
+        return None, all_mean(jnp.mean(_square(x), axes, where=mask))
+    if module.use_fast_variance:
+        mean, mean2 = all_mean((jnp.mean(x, axes, where=mask), jnp.mean(_square(x), axes, where=mask)))
+        return mean, jnp.maximum(0.0, mean2 - _square(mean))
+    mean = all_mean(jnp.mean(x, axes, where=mask))
+    centered = x - jnp.expand_dims(mean, axes)
+    return mean, all_mean(jnp.mean(_square(centered), axes, where=mask))
+
+
+def _output_dtype(module: Any, x: jax.Array, params: list[Any]) -> Any:
+    if module.dtype is not None:
+        return module.dtype
+    dtype = jnp.result_type(x, *params)
+    return dtype if jnp.issubdtype(dtype, jnp.inexact) else jnp.promote_types(jnp.float32, dtype)
+
+
+def _normalize(
+    x: jax.Array,
+    mean: jax.Array | None,
+    var: jax.Array,
+    module: Any,
+    reduction_axes: tuple[int, ...],
+    feature_axes: tuple[int, ...],
+) -> jax.Array:
+    """``(x - mean) * rsqrt(var + epsilon) * scale + bias``, cast to the output dtype."""
+    stats_shape = [1 if a in reduction_axes else d for a, d in enumerate(x.shape)]
+    feature_shape = [d if a in feature_axes else 1 for a, d in enumerate(x.shape)]
+    y = x if mean is None else x - mean.reshape(stats_shape)
+    multiplier = jax.lax.rsqrt(var.reshape(stats_shape) + module.epsilon)
+    scale = getattr(module, "scale", None)
+    bias = getattr(module, "bias", None)
+    if scale is not None:
+        multiplier = multiplier * scale.value.reshape(feature_shape)
+    y = y * multiplier
+    if bias is not None:
+        y = y + bias.value.reshape(feature_shape)
+    params = [p.value for p in (scale, bias) if p is not None]
+    return jnp.asarray(y, _output_dtype(module, x, params))
+
+
+def _affine_params(
+    module: Any, rngs: Rngs, shape: tuple[int, ...], *, use_bias: bool, use_scale: bool
+) -> None:
+    """Create ``module.scale`` / ``module.bias`` (or ``None``) with their metadata."""
+    module.scale = None
+    module.bias = None
+    if use_scale:
+        value = module.scale_init(rngs.params(), shape, module.param_dtype)
+        module.scale = Param(value, **module.scale_metadata)
+    if use_bias:
+        value = module.bias_init(rngs.params(), shape, module.param_dtype)
+        module.bias = Param(value, **module.bias_metadata)
+
+
+def _check_epsilon(layer: str, epsilon: Any) -> float:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or epsilon < 0:
+        raise ValueError(
+            f"{layer} epsilon must be a non-negative number, got {epsilon!r}. "
+            f"Pass e.g. epsilon=1e-5."
+        )
+    return epsilon
+
+
+class BatchNorm(Module):
+    """Batch normalization with running averages ``mean`` and ``var`` (BatchStat).
+
+    In training mode (``use_running_average=False``) the layer normalizes with the batch
+    statistics over every axis but ``axis`` and updates ``mean``/``var`` as
+    ``momentum * running + (1 - momentum) * batch``; in eval mode it normalizes with the
+    running averages. ``model.train()``/``model.eval()`` switch ``use_running_average``.
+
+    Args:
+        num_features: size of the feature axis.
+        use_running_average: normalize with the running averages instead of batch statistics.
+        axis: the feature axis (or axes).
+        momentum: decay of the running averages.
+        epsilon: added to the variance before the square root.
+        dtype: output dtype; ``None`` promotes the input and the parameters together.
+        param_dtype: dtype of ``scale``, ``bias``, ``mean`` and ``var``.
+        use_bias: whether to add the learned ``bias``.
+        use_scale: whether to multiply by the learned ``scale``.
+        bias_init: initializer of ``bias``.
+        scale_init: initializer of ``scale``.
+        axis_name: a named axis (``vmap``/``shard_map``/``pmap``) to average statistics over.
+        axis_index_groups: device groups for ``axis_name`` (see ``jax.lax.pmean``).
+        use_fast_variance: compute the variance as ``E[x^2] - E[x]^2`` (one pass).
+        rngs: random streams; ``rngs.params()`` initializes ``scale``/``bias``.
+        bias_metadata: metadata for the ``bias`` Param.
+        scale_metadata: metadata for the ``scale`` Param.
+
+    Raises:
+        ValueError: for an input whose feature axis is not ``num_features`` wide.
+        TypeError: for a non-floating input.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from nnx_core import Rngs
+        >>> from nnx_layers import BatchNorm
+        >>> bn = BatchNorm(3, rngs=Rngs(0))
+        >>> y = bn(jnp.array([[0.0, 1.0, 2.0], [2.0, 3.0, 4.0]]))
+        >>> y.round(3)
+        Array([[-1., -1., -1.],
+               [ 1.,  1.,  1.]], dtype=float32)
+        >>> bn.mean.value
+        Array([0.01, 0.02, 0.03], dtype=float32)
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        *,
+        use_running_average: bool | None = False,
+        axis: int | Sequence[int] = -1,
+        momentum: float = 0.99,
+        epsilon: float = 1e-5,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        use_bias: bool = True,
+        use_scale: bool = True,
+        bias_init: Initializer = initializers.zeros,
+        scale_init: Initializer = initializers.ones,
+        axis_name: str | None = None,
+        axis_index_groups: Any = None,
+        use_fast_variance: bool = True,
+        rngs: Rngs,
+        bias_metadata: Mapping[str, Any] = _EMPTY,
+        scale_metadata: Mapping[str, Any] = _EMPTY,
+    ):
+        self.num_features = check_positive_int("BatchNorm", "num_features", num_features)
+        self.use_running_average = use_running_average
+        self.axis = frozen(axis)
+        self.momentum = momentum
+        self.epsilon = _check_epsilon("BatchNorm", epsilon)
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.use_bias = use_bias
+        self.use_scale = use_scale
+        self.bias_init = bias_init
+        self.scale_init = scale_init
+        self.axis_name = axis_name
+        self.axis_index_groups = frozen(axis_index_groups)
+        self.use_fast_variance = use_fast_variance
+        self.bias_metadata = metadata(bias_metadata)
+        self.scale_metadata = metadata(scale_metadata)
+        shape = (num_features,)
+        self.mean = BatchStat(jnp.zeros(shape, param_dtype))
+        self.var = BatchStat(jnp.ones(shape, param_dtype))
+        _affine_params(self, rngs, shape, use_bias=use_bias, use_scale=use_scale)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        use_running_average: bool | None = None,
+        *,
+        mask: jax.Array | None = None,
+    ) -> jax.Array:
+        """Normalize ``x``; ``use_running_average`` overrides the attribute for this call.
+
+        ``mask`` (broadcastable to ``x``, boolean) excludes entries from the batch statistics.
+        """
+        if use_running_average is None:
+            use_running_average = self.use_running_average
+        if use_running_average is None:
+            raise ValueError(
+                "BatchNorm has use_running_average=None and none was passed to the call. "
+                "Pass use_running_average=True/False to the call, or call model.train() / "
+                "model.eval() first."
+            )
+        x = as_input("BatchNorm", x)
+        feature_axes = canonical_axes("BatchNorm", self.axis, x.ndim)
+        check_feature_size("BatchNorm", x, feature_axes, self.num_features)
+        reduction_axes = tuple(a for a in range(x.ndim) if a not in feature_axes)
+        if use_running_average:
+            mean, var = self.mean.value, self.var.value
+        else:
+            mean, var = _moments(x, reduction_axes, module=self, use_mean=True, mask=mask)
+            self._update_running(mean, var)
+        return _normalize(x, mean, var, self, reduction_axes, feature_axes)
+
+    def _update_running(self, mean: jax.Array, var: jax.Array) -> None:
+        running_mean, running_var = self.mean.value, self.var.value
+        new_mean = self.momentum * running_mean + (1 - self.momentum) * mean.reshape(-1)
+        new_var = self.momentum * running_var + (1 - self.momentum) * var.reshape(-1)
+        self.mean.value = new_mean.astype(running_mean.dtype)
+        self.var.value = new_var.astype(running_var.dtype)
+
+
+class LayerNorm(Module):
+    """Layer normalization: normalize each example over ``reduction_axes``.
+
+    Args:
+        num_features: number of features over ``feature_axes`` (the product of their sizes).
+        epsilon: added to the variance before the square root.
+        dtype: output dtype; ``None`` promotes the input and the parameters together.
+        param_dtype: dtype of ``scale`` and ``bias``.
+        use_bias: whether to add the learned ``bias``.
+        use_scale: whether to multiply by the learned ``scale``.
+        bias_init: initializer of ``bias``.
+        scale_init: initializer of ``scale``.
+        reduction_axes: axes the mean and variance are computed over.
+        feature_axes: axes ``scale``/``bias`` vary over.
+        axis_name: a named axis to average statistics over.
+        axis_index_groups: device groups for ``axis_name``.
+        use_fast_variance: compute the variance as ``E[x^2] - E[x]^2``.
+        rngs: random streams; ``rngs.params()`` initializes ``scale``/``bias``.
+        bias_metadata: metadata for the ``bias`` Param.
+        scale_metadata: metadata for the ``scale`` Param.
+
+    Raises:
+        ValueError: for an input whose feature axes do not hold ``num_features`` features.
+        TypeError: for a non-floating input.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from nnx_core import Rngs
+        >>> from nnx_layers import LayerNorm
+        >>> ln = LayerNorm(4, rngs=Rngs(0))
+        >>> ln(jnp.array([[1.0, 1.0, 3.0, 3.0]])).round(3)
+        Array([[-1., -1.,  1.,  1.]], dtype=float32)
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        *,
+        epsilon: float = 1e-6,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        use_bias: bool = True,
+        use_scale: bool = True,
+        bias_init: Initializer = initializers.zeros,
+        scale_init: Initializer = initializers.ones,
+        reduction_axes: int | Sequence[int] = -1,
+        feature_axes: int | Sequence[int] = -1,
+        axis_name: str | None = None,
+        axis_index_groups: Any = None,
+        use_fast_variance: bool = True,
+        rngs: Rngs,
+        bias_metadata: Mapping[str, Any] = _EMPTY,
+        scale_metadata: Mapping[str, Any] = _EMPTY,
+    ):
+        self.num_features = check_positive_int("LayerNorm", "num_features", num_features)
+        self.epsilon = _check_epsilon("LayerNorm", epsilon)
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.use_bias = use_bias
+        self.use_scale = use_scale
+        self.bias_init = bias_init
+        self.scale_init = scale_init
+        self.reduction_axes = frozen(reduction_axes)
+        self.feature_axes = frozen(feature_axes)
+        self.axis_name = axis_name
+        self.axis_index_groups = frozen(axis_index_groups)
+        self.use_fast_variance = use_fast_variance
+        self.bias_metadata = metadata(bias_metadata)
+        self.scale_metadata = metadata(scale_metadata)
+        shape = (num_features,)
+        _affine_params(self, rngs, shape, use_bias=use_bias, use_scale=use_scale)
+
+    def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
+        """Normalize ``x``; ``mask`` excludes entries from the statistics."""
+        x = as_input("LayerNorm", x)
+        reduction_axes = canonical_axes("LayerNorm", self.reduction_axes, x.ndim)
+        feature_axes = canonical_axes("LayerNorm", self.feature_axes, x.ndim)
+        check_feature_size("LayerNorm", x, feature_axes, self.num_features)
+        mean, var = _moments(x, reduction_axes, module=self, use_mean=True, mask=mask)
+        return _normalize(x, mean, var, self, reduction_axes, feature_axes)
+
+
+class RMSNorm(Module):
+    """Root-mean-square normalization: ``x * rsqrt(mean(x**2) + epsilon) * scale``.
+
+    Args:
+        num_features: number of features over ``feature_axes``.
+        epsilon: added to the mean square before the square root.
+        dtype: output dtype; ``None`` promotes the input and ``scale`` together.
+        param_dtype: dtype of ``scale``.
+        use_scale: whether to multiply by the learned ``scale``.
+        scale_init: initializer of ``scale``.
+        reduction_axes: axes the mean square is computed over.
+        feature_axes: axes ``scale`` varies over.
+        axis_name: a named axis to average statistics over.
+        axis_index_groups: device groups for ``axis_name``.
+        use_fast_variance: accepted for signature compatibility (RMSNorm has one formula).
+        rngs: random streams; ``rngs.params()`` initializes ``scale``.
+        scale_metadata: metadata for the ``scale`` Param.
+
+    Raises:
+        ValueError: for an input whose feature axes do not hold ``num_features`` features.
+        TypeError: for a non-floating input.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from nnx_core import Rngs
+        >>> from nnx_layers import RMSNorm
+        >>> y = RMSNorm(2, epsilon=0.0, rngs=Rngs(0))(jnp.array([[3.0, 4.0]]))
+        >>> [round(v, 4) for v in y[0].tolist()]
+        [0.8485, 1.1314]
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        *,
+        epsilon: float = 1e-6,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        use_scale: bool = True,
+        scale_init: Initializer = initializers.ones,
+        reduction_axes: int | Sequence[int] = -1,
+        feature_axes: int | Sequence[int] = -1,
+        axis_name: str | None = None,
+        axis_index_groups: Any = None,
+        use_fast_variance: bool = True,
+        rngs: Rngs,
+        scale_metadata: Mapping[str, Any] = _EMPTY,
+    ):
+        self.num_features = check_positive_int("RMSNorm", "num_features", num_features)
+        self.epsilon = _check_epsilon("RMSNorm", epsilon)
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.use_scale = use_scale
+        self.scale_init = scale_init
+        self.reduction_axes = frozen(reduction_axes)
+        self.feature_axes = frozen(feature_axes)
+        self.axis_name = axis_name
+        self.axis_index_groups = frozen(axis_index_groups)
+        self.use_fast_variance = use_fast_variance
+        self.scale_metadata = metadata(scale_metadata)
+        self.scale = None
+        if use_scale:
+            value = scale_init(rngs.params(), (num_features,), param_dtype)
+            self.scale = Param(value, **self.scale_metadata)
+
+    def __call__(self, x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+        """Normalize ``x``; ``mask`` excludes entries from the mean square."""
+        x = as_input("RMSNorm", x)
+        reduction_axes = canonical_axes("RMSNorm", self.reduction_axes, x.ndim)
+        feature_axes = canonical_axes("RMSNorm", self.feature_axes, x.ndim)
+        check_feature_size("RMSNorm", x, feature_axes, self.num_features)
+        _, mean_square = _moments(x, reduction_axes, module=self, use_mean=False, mask=mask)
+        return _normalize(x, None, mean_square, self, reduction_axes, feature_axes)
