@@ -43,3 +43,6 @@ __all__ = [
     "merge", "pop", "register_node_type", "register_variable_type", "registered_variable_types",
     "split", "state", "to_predicate", "update", "variable_name", "variable_type",
 ]
+from ._transforms._jit import jit as jit  # noqa: E402
+
+__all__ += ["jit"]

@@ -32,6 +32,8 @@ from ._tracing import current_trace
 Path = tuple[Any, ...]
 Children = Sequence[tuple[Any, Any]]
 
+TRACE_ATTR = "_nnx_trace"  # the JAX trace a Module was created under (excluded from its children)
+
 # -- the structure epoch -------------------------------------------------------------------------
 _EPOCH = [0]
 
@@ -270,9 +272,14 @@ class _Flattener:
 
 
 def snapshot(x: Any, impl: NodeImpl) -> tuple[Any, ...]:
-    """Identities of a mutable node's non-array children, to detect in-place mutation."""
+    """Identities of a mutable node's children, to detect in-place mutation."""
+    t = type(x)
+    if t is list:
+        return tuple(map(id, x))
+    if t is dict:
+        return (tuple(x), tuple(map(id, x.values())))
     children, aux = impl.flatten(x)
-    return (hashable(aux), *((k, 0 if is_array(c) else id(c)) for k, c in children))
+    return (hashable(aux), *((k, id(c)) for k, c in children))
 
 
 class Plan:
@@ -282,12 +289,20 @@ class Plan:
     """
 
     __slots__ = ("roots", "graphdef", "leaves", "owners", "epoch", "snaps", "index",
-                 "partitions", "variables_only")
+                 "partitions", "variables_only", "objs", "bounds")
 
     def __init__(self, roots: tuple[Any, ...]):
         f = _Flattener()
-        spec = tuple(f.visit(r, (), None, None) for r in roots)
+        spec_list = []
+        bounds = []
+        for r in roots:
+            start = len(f.leaves)
+            spec_list.append(f.visit(r, (), None, None))
+            bounds.append((start, len(f.leaves)))
+        spec = tuple(spec_list)
         self.roots = roots
+        self.objs = f.objs
+        self.bounds = tuple(bounds)
         self.graphdef = GraphDef(spec[0] if len(roots) == 1 else ("multi", spec), tuple(f.paths))
         self.leaves = f.leaves
         self.owners = f.owners
@@ -324,6 +339,11 @@ class Plan:
         else:
             owner, impl, key = self.owners[i]
             write_child(owner, impl, key, value)
+            self.refresh_snapshots()
+
+    def refresh_snapshots(self) -> None:
+        """After writing raw arrays into containers: their new identities are not a change."""
+        self.snaps = [(x, impl, snapshot(x, impl)) for x, impl, _ in self.snaps]
 
     def path_index(self) -> dict[Path, int]:
         if self.index is None:

@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from ._filters import Filter, to_predicate
-from ._graph import NodeImpl, bump_epoch, is_array, iter_nodes, register_internal
+from ._graph import TRACE_ATTR, NodeImpl, bump_epoch, is_array, iter_nodes, register_internal
+from ._tracing import TraceContextError, Tracer, current_trace
 from ._variables import Intermediate, Variable, _describe, variable_name
 
 M = TypeVar("M", bound="Module")
@@ -42,10 +43,22 @@ class Module:
         Param          2        20   80 B
     """
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        obj = object.__new__(cls)
+        object.__setattr__(obj, TRACE_ATTR, current_trace())
+        return obj
+
     def __setattr__(self, name: str, value: Any) -> None:
-        old = self.__dict__.get(name, _MISSING)
+        d = self.__dict__
+        old = d.get(name, _MISSING)
         if old is not value and not (is_array(old) and is_array(value)):
             bump_epoch()
+        if isinstance(value, Tracer) and d.get(TRACE_ATTR) != current_trace():
+            raise TraceContextError(
+                f"Cannot set the traced value {name!r} on {type(self).__name__}: the module was "
+                "created outside the JAX transform that is running now. Pass it as an argument "
+                "of the transform (e.g. nnx_core.jit(f)(model, x)) instead of capturing it."
+            )
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
@@ -133,7 +146,7 @@ class Module:
     def iter_children(self) -> Iterator[tuple[str, Module]]:
         """Yield ``(name, module)`` for the direct submodule attributes."""
         for name, value in sorted(vars(self).items()):
-            if isinstance(value, Module):
+            if isinstance(value, Module) and name != TRACE_ATTR:
                 yield name, value
 
     # -- display -----------------------------------------------------------------------------
@@ -185,7 +198,7 @@ def _repr(x: Any, indent: int, seen: set[int]) -> str:
         if id(x) in seen:
             return f"{type(x).__name__}(...)"
         seen.add(id(x))
-        items = sorted(vars(x).items())
+        items = sorted(kv for kv in vars(x).items() if kv[0] != TRACE_ATTR)
         if not items:
             return f"{type(x).__name__}()"
         body = "".join(f"{pad}{k}={_repr(v, indent + 1, seen)},\n" for k, v in items)
@@ -203,12 +216,20 @@ def _repr(x: Any, indent: int, seen: set[int]) -> str:
 
 
 def _module_flatten(m: Module) -> tuple[list[tuple[str, Any]], None]:
-    return sorted(vars(m).items()), None
+    return sorted(kv for kv in vars(m).items() if kv[0] != TRACE_ATTR), None
+
+
+def _module_create_empty(t: type, aux: Any) -> Module:
+    obj = object.__new__(t)
+    object.__setattr__(obj, TRACE_ATTR, current_trace())
+    return obj
 
 
 def _module_fill(m: Module, children: Any) -> None:
     d = vars(m)
+    trace = d.get(TRACE_ATTR)
     d.clear()
+    d[TRACE_ATTR] = trace
     d.update(children)
 
 
@@ -216,11 +237,12 @@ register_internal(
     Module,
     NodeImpl(
         flatten=_module_flatten,
-        create_empty=lambda t, aux: object.__new__(t),
+        create_empty=_module_create_empty,
         fill=_module_fill,
         set_key=lambda m, k, v: vars(m).__setitem__(k, v),
         pop_key=lambda m, k: vars(m).pop(k),
         subclasses=True,
+        mutable=False,  # attribute changes go through __setattr__, which bumps the epoch
     ),
 )
 

@@ -1,0 +1,1 @@
+"""Lifted transforms: JAX transforms over functions that take and return Modules."""

@@ -1,0 +1,194 @@
+"""The machinery every lifted transform shares.
+
+A call is cut into *graph roots* (Modules, Variables, registered identity nodes found anywhere in
+the arguments, jointly flattened into one cached :class:`Plan`) and ordinary pytree leaves. Inside
+the JAX transform the roots are rebuilt as fresh objects around the traced values, the user
+function runs on them, and what it changed is handed back out: only the values that changed when
+the structure is unchanged (the common case), or the whole new structure otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from .._graph import GraphDef, Plan, _Unflattener, impl_for, unflatten, write_child
+from .._variables import Variable, _set_value_slot
+
+tree_flatten = jax.tree_util.tree_flatten
+
+
+def is_graph_root(x: Any) -> bool:
+    """Objects with identity that the graph machinery (not JAX's pytrees) handles."""
+    if isinstance(x, Variable):
+        return True
+    impl = impl_for(type(x))
+    return impl is not None and impl.identity
+
+
+@dataclass
+class Call:
+    """One call's arguments, cut into graph roots and other leaves."""
+
+    treedef: Any
+    positions: tuple[int, ...]
+    roots: tuple[Any, ...]
+    others: list[Any]
+
+
+def extract(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
+    leaves, treedef = tree_flatten((args, kwargs), is_leaf=is_graph_root)
+    positions = []
+    roots = []
+    others = []
+    for i, x in enumerate(leaves):
+        if is_graph_root(x):
+            positions.append(i)
+            roots.append(x)
+        else:
+            others.append(x)
+    return Call(treedef, tuple(positions), tuple(roots), others)
+
+
+class PlanCache:
+    """The Plans of the last few root tuples a transform was called with."""
+
+    __slots__ = ("plans",)
+
+    def __init__(self) -> None:
+        self.plans: dict[tuple[int, ...], Plan] = {}
+
+    def get(self, roots: tuple[Any, ...]) -> Plan:
+        key = tuple(map(id, roots))
+        plan = self.plans.get(key)
+        if plan is not None and plan.valid() and all(a is b for a, b in zip(plan.roots, roots)):
+            return plan
+        plan = Plan(roots)
+        if len(self.plans) >= 8:
+            self.plans.pop(next(iter(self.plans)))
+        self.plans[key] = plan
+        return plan
+
+
+def input_values(plan: Plan) -> list[Any]:
+    leaves = plan.current_leaves()
+    return [v._value if isinstance(v, Variable) else v for v in leaves]
+
+
+def rebuild(
+    graphdef: GraphDef, values: Sequence[Any], treedef: Any, positions: tuple[int, ...],
+    others: Sequence[Any],
+) -> tuple[tuple[Any, ...], dict[str, Any], tuple[Any, ...], dict[int, Any]]:
+    """Inside a transform: fresh objects around ``values``, put back into the arguments."""
+    u = _Unflattener(values)
+    spec = graphdef.spec
+    roots: tuple[Any, ...]
+    if not positions:
+        roots = ()
+    elif spec[0] == "multi":
+        roots = tuple(u.build(s) for s in spec[1])
+    else:
+        roots = (u.build(spec),)
+    leaves: list[Any] = list(others)
+    for pos, root in zip(positions, roots):
+        leaves.insert(pos, root)
+    args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
+    return args, kwargs, roots, u.objs
+
+
+@dataclass
+class OutInfo:
+    """What a trace learned about the outputs (static: kept beside the compiled function)."""
+
+    same: bool  # structure of the roots unchanged: only `changed` values come back
+    changed: tuple[int, ...]
+    graphdef: GraphDef | None  # joint structure of roots + new output nodes when not `same`
+    reuse: dict[int, int]  # out ref index -> in ref index, for in-place structural write-back
+    out_treedef: Any
+    out_positions: tuple[int, ...]
+    out_nodes: tuple[tuple[str, int], ...]  # ("in", ref index) or ("new", k)
+    n_roots: int
+
+
+def collect(
+    in_graphdef: GraphDef, in_values: Sequence[Any], roots: tuple[Any, ...], in_objs: dict[int, Any],
+    out: Any, *, return_all: bool = False,
+) -> tuple[OutInfo, list[Any], list[Any]]:
+    """Inside a transform, after the user function: the values to hand out and how to apply them.
+
+    Unchanged values are not returned (no output buffers, no copies) unless ``return_all``
+    (needed when the inputs are donated, or when the transform maps or scans the state).
+    """
+    out_leaves, out_treedef = tree_flatten(out, is_leaf=is_graph_root)
+    reverse = {id(obj): i for i, obj in in_objs.items()}
+    out_positions, out_nodes, new_nodes, out_others = [], [], [], []
+    for pos, x in enumerate(out_leaves):
+        if is_graph_root(x):
+            out_positions.append(pos)
+            idx = reverse.get(id(x))
+            if idx is not None:
+                out_nodes.append(("in", idx))
+            else:
+                out_nodes.append(("new", len(new_nodes)))
+                new_nodes.append(x)
+        else:
+            out_others.append(x)
+    plan = Plan(roots + tuple(new_nodes))
+    values = [v._value if isinstance(v, Variable) else v for v in plan.current_leaves()]
+    same = not new_nodes and plan.graphdef == in_graphdef
+    if same:
+        changed = tuple(
+            i for i, (a, b) in enumerate(zip(values, in_values)) if return_all or a is not b
+        )
+        values = [values[i] for i in changed]
+        info = OutInfo(True, changed, None, {}, out_treedef, tuple(out_positions), tuple(out_nodes),
+                       len(roots))
+    else:
+        reuse = {j: reverse[id(obj)] for j, obj in enumerate(plan.objs) if id(obj) in reverse}
+        info = OutInfo(False, (), plan.graphdef, reuse, out_treedef, tuple(out_positions),
+                       tuple(out_nodes), len(roots))
+    return info, values, out_others
+
+
+def apply(info: OutInfo, plan: Plan, values: Sequence[Any], out_others: Sequence[Any]) -> Any:
+    """Outside the transform: write the results into the caller's objects, rebuild outputs."""
+    new_roots: tuple[Any, ...] = ()
+    if info.same:
+        leaves = plan.leaves
+        if plan.variables_only:
+            for i, value in zip(info.changed, values):
+                _set_value_slot(leaves[i], value)
+        else:
+            for i, value in zip(info.changed, values):
+                leaf = leaves[i]
+                if isinstance(leaf, Variable):
+                    _set_value_slot(leaf, value)
+                else:
+                    owner, impl, key = plan.owners[i]
+                    write_child(owner, impl, key, value)
+            plan.refresh_snapshots()
+    else:
+        assert info.graphdef is not None
+        reuse = {j: plan.objs[i] for j, i in info.reuse.items()}
+        built = unflatten(info.graphdef, values, reuse)
+        built = built if isinstance(built, tuple) and info.graphdef.spec[0] == "multi" else (built,)
+        new_roots = built[info.n_roots:]
+    if not info.out_positions:
+        return jax.tree_util.tree_unflatten(info.out_treedef, out_others)
+    leaves_out: list[Any] = list(out_others)
+    for pos, (kind, idx) in zip(info.out_positions, info.out_nodes):
+        leaves_out.insert(pos, plan.objs[idx] if kind == "in" else new_roots[idx])
+    return jax.tree_util.tree_unflatten(info.out_treedef, leaves_out)
+
+
+def run_pure(
+    fun: Callable[..., Any], graphdef: GraphDef, in_values: Sequence[Any], treedef: Any,
+    positions: tuple[int, ...], others: Sequence[Any], *, return_all: bool = False,
+) -> tuple[OutInfo, list[Any], list[Any]]:
+    """Rebuild, call ``fun``, collect: the body of every lifted transform."""
+    args, kwargs, roots, objs = rebuild(graphdef, in_values, treedef, positions, others)
+    out = fun(*args, **kwargs)
+    return collect(graphdef, in_values, roots, objs, out, return_all=return_all)
