@@ -40,7 +40,8 @@ DTYPE_NAMES = (
     "uint64", "float8_e4m3fn", "float8_e5m2", "float16", "bfloat16", "float32", "float64",
     "complex64", "complex128",
 )
-LAYER_REF = {"$ref": "#/$defs/Layer"}
+#: placeholder for a nested layer in generated schemas; `config_schema` turns it into a $ref
+LAYER_REF = {"x-nnx-layer": True}
 
 
 def to_json(value: Any) -> Any:
