@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._state import format_path, sort_key
+from ._state import State, format_path, sort_key
 from ._variables import (
     Variable,
     _ById,
@@ -184,6 +184,12 @@ register_internal(tuple, NodeImpl(
     flatten=_tuple_flatten, create=_tuple_create, identity=False, subclasses=True, mutable=False))
 register_internal(dict, NodeImpl(
     flatten=_dict_flatten, create=lambda t, a, c: dict(c),
+    set_key=lambda x, k, v: x.__setitem__(k, v), pop_key=lambda x, k: x.pop(k), identity=False))
+
+
+register_internal(State, NodeImpl(
+    flatten=lambda x: ([(k, x[k]) for k in sorted(x, key=sort_key)], None),
+    create=lambda t, a, c: State(dict(c)),
     set_key=lambda x, k, v: x.__setitem__(k, v), pop_key=lambda x, k: x.pop(k), identity=False))
 
 

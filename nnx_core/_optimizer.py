@@ -1,0 +1,78 @@
+"""Optimizer: an optax transformation whose state lives in Variables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from ._api import state, update
+from ._filters import Filter
+from ._module import Module
+from ._state import State, format_path
+from ._variables import Param, Variable
+
+
+class OptState(Variable, kind="OptState"):
+    """A leaf of an optimizer's state (moments, counts, ...)."""
+
+
+class Optimizer(Module):
+    """Holds an optax transformation's state for the ``wrt`` Variables of a model.
+
+    The state is a list of ``OptState`` Variables plus a ``step`` count, so the optimizer is
+    split, jitted and checkpointed like any other Module. Any optax transformation works,
+    including those whose ``update`` needs extra arguments (pass them to :meth:`update`).
+
+    Example:
+        >>> import jax.numpy as jnp, optax
+        >>> import nnx_core as nnx
+        >>> class M(nnx.Module):
+        ...     def __init__(self): self.w = nnx.Param(jnp.array([1.0, 2.0]))
+        >>> m = M(); opt = nnx.Optimizer(m, optax.sgd(0.5))
+        >>> grads = nnx.grad(lambda m: (m.w.value ** 2).sum())(m)
+        >>> opt.update(m, grads); m.w.value.tolist(), int(opt.step.value)
+        ([0.0, 0.0], 1)
+    """
+
+    def __init__(self, model: Module, tx: optax.GradientTransformation, *, wrt: Filter = Param):
+        if not hasattr(tx, "init") or not hasattr(tx, "update"):
+            raise TypeError(
+                f"Optimizer expects an optax GradientTransformation (e.g. optax.adam(1e-3)), "
+                f"got {type(tx).__name__}."
+            )
+        self.tx = tx
+        self.wrt = wrt
+        self.step = OptState(jnp.zeros((), jnp.uint32))
+        params = state(model, wrt)
+        leaves, treedef = jax.tree_util.tree_flatten(tx.init(params))
+        self.opt_state = [OptState(x) for x in leaves]
+        self.opt_treedef = treedef
+
+    def update(self, model: Module, grads: State, /, **kwargs: Any) -> None:
+        """Apply one step: ``params <- params + tx.update(grads, opt_state, params)``.
+
+        Raises:
+            ValueError: ``grads`` does not have the paths of ``nnx.state(model, wrt)``.
+        """
+        params = state(model, self.wrt)
+        if not isinstance(grads, State):
+            grads = State(grads)
+        got = {p for p, _ in grads.flat_state()}
+        want = {p for p, _ in params.flat_state()}
+        if got != want:
+            missing = sorted(map(format_path, want - got))[:5]
+            extra = sorted(map(format_path, got - want))[:5]
+            raise ValueError(
+                "Optimizer.update: the gradients do not match the model's "
+                f"{self.wrt!r} state. Missing: {missing}; unexpected: {extra}. Compute them "
+                "with nnx_core.grad(loss_fn, wrt=...) using the same filter as the Optimizer."
+            )
+        opt_state = jax.tree_util.tree_unflatten(self.opt_treedef, [v.value for v in self.opt_state])
+        updates, new_opt_state = self.tx.update(grads, opt_state, params, **kwargs)
+        update(model, optax.apply_updates(params, updates))
+        for var, value in zip(self.opt_state, jax.tree_util.tree_leaves(new_opt_state)):
+            var.value = value
+        self.step.value = self.step.value + 1
