@@ -52,8 +52,13 @@ from ._transforms._mapping import Carry as Carry  # noqa: E402
 from ._transforms._mapping import StateAxes as StateAxes  # noqa: E402
 from ._transforms._mapping import scan as scan  # noqa: E402
 from ._transforms._mapping import vmap as vmap  # noqa: E402
+from ._sharding import create_sharded as create_sharded  # noqa: E402
+from ._sharding import get_named_sharding as get_named_sharding  # noqa: E402
+from ._sharding import get_partition_spec as get_partition_spec  # noqa: E402
+from ._sharding import shard as shard  # noqa: E402
 from ._optimizer import Optimizer as Optimizer  # noqa: E402
 from ._optimizer import OptState as OptState  # noqa: E402
 
 __all__ += ["jit", "grad", "remat", "value_and_grad", "Optimizer", "OptState", "Carry",
-            "StateAxes", "scan", "vmap", "eval_shape"]
+            "StateAxes", "scan", "vmap", "eval_shape", "create_sharded", "get_named_sharding",
+            "get_partition_spec", "shard"]
