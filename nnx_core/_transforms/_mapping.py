@@ -353,12 +353,12 @@ def scan(
             return ((
                 [out_values[i] for i in carry_idx],
                 jax.tree_util.tree_leaves(new_carry[0]) if new_carry and carry_user is not None else [],
-            ), ([out_values[i] for i in xs_idx], ys, new_carry if carry_user is None else []))
+            ), ([out_values[i] for i in xs_idx], ys))
 
         init = ([values[i] for i in carry_idx], [cut.others[k] for k in sorted(user_carry_pos)])
         xs = ([jnp.moveaxis(values[i], axes[i], 0) for i in xs_idx],
               [jnp.moveaxis(cut.others[k], cut.other_axes[k], 0) for k in other_xs])
-        (carry_state, carry_others), (ys_state, ys_user, _) = jax.lax.scan(
+        (carry_state, carry_others), (ys_state, ys_user) = jax.lax.scan(
             body, init, xs, length=length, reverse=reverse, unroll=unroll
         )
         out_values = list(values)
