@@ -69,7 +69,7 @@ def _per_axis(layer: str, name: str, value: Any, rank: int) -> tuple[int, ...]:
 def _bad_padding(layer: str, padding: Any, rank: int) -> ValueError:
     return ValueError(
         f"{layer} padding must be one of {_PADDING_NAMES}, a non-negative int, or {rank} "
-        f"ints or (low, high) pairs (one per spatial axis), got {padding!r}. "
+        f"non-negative ints or (low, high) pairs (one per spatial axis), got {padding!r}. "
         f"Pass e.g. padding='SAME' or padding={((1, 1),) * rank}."
     )
 
@@ -88,7 +88,9 @@ def _padding(layer: str, padding: Any, rank: int) -> str | tuple[tuple[int, int]
     for item in padding:
         pair = (item, item) if isinstance(item, int) else tuple(item) if isinstance(
             item, (list, tuple)) else ()
-        if len(pair) != 2 or any(isinstance(p, bool) or not isinstance(p, int) for p in pair):
+        if len(pair) != 2 or any(
+            isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in pair
+        ):
             raise _bad_padding(layer, padding, rank)
         pairs.append(pair)
     return tuple(pairs) * (rank if len(pairs) == 1 else 1)

@@ -114,7 +114,8 @@ class Embed(Module):
     Args:
         num_embeddings: number of rows of the table.
         features: width of each embedding vector.
-        dtype: dtype of the looked-up vectors; ``None`` keeps ``param_dtype``.
+        dtype: dtype of the looked-up vectors and of ``attend``; ``None`` uses the
+            embedding's dtype (``param_dtype``).
         param_dtype: dtype of ``embedding``.
         embedding_init: initializer of ``embedding``, shape ``(num_embeddings, features)``.
         rngs: random streams; ``rngs.params()`` initializes the table.
@@ -166,7 +167,7 @@ class Embed(Module):
                 f"{inputs.shape}. Cast the ids with x.astype(jnp.int32); to project float "
                 f"vectors use Embed.attend or Linear."
             )
-        (embedding,) = promote_dtype((self.embedding.value,), dtype=self.dtype, inexact=False)
+        (embedding,) = promote_dtype((self.embedding.value,), dtype=self._dtype(), inexact=False)
         if self.num_embeddings == 1:
             return jnp.broadcast_to(embedding, inputs.shape + (self.features,))
         return jnp.take(embedding, inputs, axis=0)
@@ -183,5 +184,9 @@ class Embed(Module):
         """
         query = jnp.asarray(query)
         check_last_axis("Embed.attend", query, self.features, "features")
-        query, embedding = promote_dtype((query, self.embedding.value), dtype=self.dtype)
+        query, embedding = promote_dtype((query, self.embedding.value), dtype=self._dtype())
         return jnp.dot(query, embedding.T)
+
+    def _dtype(self) -> Dtype:
+        """The computation dtype: ``dtype``, or the embedding's own dtype when it is None."""
+        return self.embedding.value.dtype if self.dtype is None else self.dtype

@@ -83,6 +83,15 @@ def _shape(shape: Sequence[int] | int) -> tuple[int, ...]:
     return (int(shape),) if isinstance(shape, int) else tuple(int(d) for d in shape)
 
 
+def _flat(sample: Callable[[tuple[int, ...]], jax.Array], shape: tuple[int, ...]) -> jax.Array:
+    """Draw ``sample((size,))`` and reshape: the same values as ``sample(shape)``.
+
+    JAX's counter-based generators number the entries in row-major order, so drawing flat
+    gives identical values, while compiling far faster on CPU for high-rank shapes.
+    """
+    return sample((math.prod(shape),)).reshape(shape)
+
+
 class _Base:
     """Shared behaviour: ``name`` from the name table and ``config()``."""
 
@@ -161,7 +170,8 @@ class Normal(_Base):
 
     def __call__(self, key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
         dtype = _canonical_dtype(dtype)
-        return jax.random.normal(key, _shape(shape), dtype) * jnp.asarray(self.stddev, dtype)
+        values = _flat(lambda flat: jax.random.normal(key, flat, dtype), _shape(shape))
+        return values * jnp.asarray(self.stddev, dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,7 +191,8 @@ class Uniform(_Base):
 
     def __call__(self, key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
         dtype = _canonical_dtype(dtype)
-        return jax.random.uniform(key, _shape(shape), dtype) * jnp.asarray(self.scale, dtype)
+        values = _flat(lambda flat: jax.random.uniform(key, flat, dtype), _shape(shape))
+        return values * jnp.asarray(self.scale, dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +214,10 @@ class TruncatedNormal(_Base):
 
     def __call__(self, key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
         dtype = _canonical_dtype(dtype)
-        z = jax.random.truncated_normal(key, self.lower, self.upper, _shape(shape), dtype)
+        z = _flat(
+            lambda flat: jax.random.truncated_normal(key, self.lower, self.upper, flat, dtype),
+            _shape(shape),
+        )
         return z * jnp.asarray(self.stddev, dtype)
 
 
@@ -288,10 +302,13 @@ class VarianceScaling(_Base):
         variance = jnp.array(self._variance(shape), dtype=dtype)
         if self.distribution == "truncated_normal":
             stddev = jnp.sqrt(variance) / jnp.array(_TRUNCATED_STDDEV, dtype)
-            return jax.random.truncated_normal(key, -2, 2, shape, dtype) * stddev
+            z = _flat(lambda flat: jax.random.truncated_normal(key, -2, 2, flat, dtype), shape)
+            return z * stddev
         if self.distribution == "normal":
-            return jax.random.normal(key, shape, dtype) * jnp.sqrt(variance)
-        return jax.random.uniform(key, shape, dtype, -1) * jnp.sqrt(3 * variance)
+            z = _flat(lambda flat: jax.random.normal(key, flat, dtype), shape)
+            return z * jnp.sqrt(variance)
+        z = _flat(lambda flat: jax.random.uniform(key, flat, dtype, -1), shape)
+        return z * jnp.sqrt(3 * variance)
 
 
 @dataclasses.dataclass(frozen=True)
