@@ -72,33 +72,33 @@ def _partition(plan: Plan, filters: tuple[Filter, ...], *, exhaustive: bool) -> 
 
 
 def _build_state(plan: Plan, indices: list[int], leaves: list[Any]) -> State:
+    """A State of the given leaves (the model's own Variable objects, as in flax.nnx)."""
     paths = plan.graphdef.paths
-    root: dict[Any, Any] = {}
+    new_state = object.__new__
+    root = new_state(State)
+    root_map: dict[Any, Any] = {}
+    object.__setattr__(root, "_mapping", root_map)
     for i in indices:
         path = paths[i]
-        node = root
+        node = root_map
         for key in path[:-1]:
             child = node.get(key)
             if child is None:
-                child = node[key] = {}
-            node = child
-        leaf = leaves[i]
-        node[path[-1]] = leaf.copy() if isinstance(leaf, Variable) else leaf
-    return _to_state(root)
-
-
-def _to_state(d: dict[Any, Any]) -> State:
-    s = object.__new__(State)
-    object.__setattr__(s, "_mapping", {k: _to_state(v) if type(v) is dict else v for k, v in d.items()})
-    return s
+                child = new_state(State)
+                object.__setattr__(child, "_mapping", {})
+                node[key] = child
+            node = child._mapping
+        node[path[-1]] = leaves[i]
+    return root
 
 
 def split(node: Any, *filters: Filter) -> tuple[Any, ...]:
     """Split a graph into its GraphDef and one State per filter.
 
     Every Variable goes to the first filter that matches it; a Variable matching none is an
-    error, so end with ``...`` to catch the rest. The States hold detached copies of the
-    Variables (sharing the arrays): changing them does not change ``node``.
+    error, so end with ``...`` to catch the rest. As in flax.nnx, the States hold the graph's
+    own Variable objects: setting ``state["w"].value`` changes the model; ``jax.tree.map`` over a
+    State builds new Variables and changes nothing.
 
     Example:
         >>> import jax.numpy as jnp
@@ -159,6 +159,8 @@ def merge(graphdef: GraphDef, state: Mapping[Any, Any] | None = None, /, *states
     """Build a new graph from a GraphDef and States (never calls ``__init__``).
 
     Shared submodules and Variables are shared again in the result and cycles are restored.
+    Variables in the States are used as they are (as in flax.nnx); raw arrays are wrapped in
+    new Variables of the kinds the GraphDef records. Use :func:`clone` for an independent copy.
 
     Example:
         >>> import jax.numpy as jnp
@@ -188,7 +190,7 @@ def merge(graphdef: GraphDef, state: Mapping[Any, Any] | None = None, /, *states
             + (f"Unexpected: {', '.join(extra[:10])}. " if extra else "")
             + "Pass every State returned by split (or state) for this GraphDef."
         )
-    return unflatten(graphdef, [flat[p] for p in paths])
+    return unflatten(graphdef, [flat[p] for p in paths], keep_variables=True)
 
 
 def update(node: Any, state: Mapping[Any, Any], /, *states: Mapping[Any, Any]) -> None:

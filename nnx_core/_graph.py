@@ -406,13 +406,15 @@ def new_variable(cls: type[Variable], value: Any, meta_key: tuple[Any, ...]) -> 
 
 
 class _Unflattener:
-    __slots__ = ("leaves", "pos", "objs", "reuse")
+    __slots__ = ("leaves", "pos", "objs", "reuse", "keep_variables")
 
-    def __init__(self, leaves: Sequence[Any], reuse: dict[int, Any] | None = None):
+    def __init__(self, leaves: Sequence[Any], reuse: dict[int, Any] | None = None,
+                 keep_variables: bool = False):
         self.leaves = leaves
         self.pos = 0
         self.objs: dict[int, Any] = {}
         self.reuse = reuse or {}
+        self.keep_variables = keep_variables
 
     def next_leaf(self) -> Any:
         leaf = self.leaves[self.pos]
@@ -425,6 +427,11 @@ class _Unflattener:
             return self.objs[spec[1]]
         if tag == "var":
             _, cls, meta_key, i = spec
+            if self.keep_variables and type(self.leaves[self.pos]) is cls:
+                v = self.leaves[self.pos]
+                self.pos += 1
+                self.objs[i] = v
+                return v
             value = self.next_leaf()
             old = self.reuse.get(i)
             if type(old) is cls:
@@ -463,13 +470,17 @@ class _Unflattener:
         return obj
 
 
-def unflatten(graphdef: GraphDef, leaves: Sequence[Any], reuse: dict[int, Any] | None = None) -> Any:
+def unflatten(
+    graphdef: GraphDef, leaves: Sequence[Any], reuse: dict[int, Any] | None = None, *,
+    keep_variables: bool = False,
+) -> Any:
     """Rebuild the graph from its GraphDef and leaves in GraphDef order.
 
     ``reuse`` maps reference indices to existing objects that are updated in place instead of
     being created (how the transforms write structural changes back to the caller's objects).
+    With ``keep_variables``, Variable leaves of the recorded kind are used as they are.
     """
-    u = _Unflattener(leaves, reuse)
+    u = _Unflattener(leaves, reuse, keep_variables)
     spec = graphdef.spec
     if spec[0] == "multi":
         out = tuple(u.build(s) for s in spec[1])
