@@ -49,10 +49,15 @@ def suggest(word: object, options: Iterable[str]) -> str:
 
     Example:
         >>> from nnx_plugins._config_errors import suggest
-        >>> suggest("out_feature", ["in_features", "out_features", "use_bias"])
+        >>> suggest("out_feature", ["out_features", "use_bias"])
         " Did you mean 'out_features'?"
     """
-    close = difflib.get_close_matches(str(word), list(options), n=3, cutoff=0.6)
+    word = str(word)
+    scored = sorted(
+        ((difflib.SequenceMatcher(None, word, o).ratio(), o) for o in options), reverse=True
+    )
+    best = scored[0][0] if scored else 0.0
+    close = [o for r, o in scored[:3] if r >= 0.6 and r >= best - 0.1]
     return f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 

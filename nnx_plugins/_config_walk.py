@@ -7,6 +7,7 @@ layer fields itself so that every problem gets its full path and file position.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -117,8 +118,16 @@ class Walker:
         names = [f.name for f in spec.fields if f.kind != "opaque"]
         if spec.custom:
             names = [f.alias or n for n, f in spec.model.model_fields.items()]
-        for item in error.errors(include_url=False):
+        items = error.errors(include_url=False)
+        misspelt = {
+            close
+            for item in items if item["type"] == "extra_forbidden" and len(item["loc"]) == 1
+            for close in difflib.get_close_matches(str(item["loc"][0]), names, n=1, cutoff=0.6)
+        }
+        for item in items:
             loc = tuple(item["loc"])
+            if item["type"] == "missing" and len(loc) == 1 and loc[0] in misspelt:
+                continue  # the misspelt key's "did you mean" already says it
             where = (*path, *loc)
             kind = item["type"]
             if kind == "extra_forbidden" and len(loc) == 1:

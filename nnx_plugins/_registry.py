@@ -269,14 +269,14 @@ class Registry:
                 continue
             problem = check_name(entry.kind, entry.name, entry.plugin)
             if problem:
-                self._report(PluginNameError(problem, plugin=entry.plugin))
+                error = PluginNameError(problem, plugin=entry.plugin)
+                self._name_failures.append(error)
+                self._report(error)
                 continue
             provider = Provider(entry.kind, entry.name, entry.plugin, entry.target, entry.entry_point)
             self._providers[entry.kind].setdefault(entry.name, {})[record.canonical] = provider
 
     def _report(self, error: PluginError) -> None:
-        if isinstance(error, PluginNameError):
-            self._name_failures.append(error)
         if self.settings.strict:
             raise error
         key = canonical_distribution(error.plugin.distribution) if error.plugin else ""
@@ -404,6 +404,19 @@ class Registry:
                 f"{type(cause).__name__}: {cause}",
                 plugin=record.plugin,
             ) from cause
+        try:
+            staged = self._stage(record, registrar)
+        except PluginError:
+            manager.unregister(module)
+            raise
+        for provider in staged:
+            key = canonical_distribution(record.plugin.distribution)
+            self._providers[provider.kind].setdefault(provider.name, {})[key] = provider
+            hook.names.append((provider.kind, provider.name))
+        hook.loaded = True
+
+    @staticmethod
+    def _stage(record: EntryRecord, registrar: _Registrar) -> list[Provider]:
         staged = []
         for kind, name, obj in registrar.added:
             problem = check_name(kind, name, record.plugin)
@@ -412,11 +425,7 @@ class Registry:
             _check_object(kind, name, obj, record.plugin)
             target = f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', name)}"
             staged.append(Provider(kind, name, record.plugin, target, None, obj, True))
-        for provider in staged:
-            key = canonical_distribution(record.plugin.distribution)
-            self._providers[provider.kind].setdefault(provider.name, {})[key] = provider
-            hook.names.append((provider.kind, provider.name))
-        hook.loaded = True
+        return staged
 
 
 def _same_package(provider: Provider, obj: Any) -> bool:
