@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
         rows = measure(depth, a.steps, a.repeats, not a.no_flax)
         base_step, base_noop = rows["(d) plain jax.jit on a pytree"]
         print(f"\ndepth {depth}")
-        print(f"| call path | µs/step | x plain | no-op µs | no-op x plain |")
+        print("| call path | µs/step | x plain | no-op µs | no-op x plain |")
         print("|---|---|---|---|---|")
         for name, (t_step, t_noop) in rows.items():
             print(f"| {name} | {t_step:.0f} | {t_step / base_step:.2f} | {t_noop:.0f} | {t_noop / base_noop:.2f} |")

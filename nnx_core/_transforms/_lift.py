@@ -124,7 +124,10 @@ def collect(
     """
     out_leaves, out_treedef = tree_flatten(out, is_leaf=is_graph_root)
     reverse = {id(obj): i for i, obj in in_objs.items()}
-    out_positions, out_nodes, new_nodes, out_others = [], [], [], []
+    out_positions: list[int] = []
+    out_nodes: list[tuple[str, int]] = []
+    new_nodes: list[Any] = []
+    out_others: list[Any] = []
     for pos, x in enumerate(out_leaves):
         if is_graph_root(x):
             out_positions.append(pos)

@@ -17,10 +17,10 @@ import jax.numpy as jnp
 
 from .._filters import Filter, _show, to_predicate
 from .._graph import Plan
-from .._rngs import RngKey, RngStream
+from .._rngs import RngStream
 from .._state import format_path
 from .._variables import Variable
-from ._lift import OutInfo, apply, is_graph_root, rebuild, collect
+from ._lift import OutInfo, apply, collect, is_graph_root, rebuild
 
 
 class _CarryType:
