@@ -21,7 +21,8 @@ from ._checks import (
     check_positive_int,
     frozen,
     metadata,
-    )
+    promote_dtype,
+)
 from .initializers import Initializer
 
 __all__ = ["BatchNorm", "LayerNorm", "RMSNorm"]
@@ -60,35 +61,36 @@ def _moments(
     return mean, all_mean(jnp.mean(_square(centered), axes, where=mask))
 
 
-def _output_dtype(module: Any, x: jax.Array, params: list[Any]) -> Any:
-    if module.dtype is not None:
-        return module.dtype
-    dtype = jnp.result_type(x, *params)
-    return dtype if jnp.issubdtype(dtype, jnp.inexact) else jnp.promote_types(jnp.float32, dtype)
-
-
 def _normalize(
     x: jax.Array,
     mean: jax.Array | None,
     var: jax.Array,
+    *,
+    scale: jax.Array | None,
+    bias: jax.Array | None,
     module: Any,
-    reduction_axes: tuple[int, ...],
-    feature_axes: tuple[int, ...],
+    axes: tuple[tuple[int, ...], tuple[int, ...]],
 ) -> jax.Array:
-    """``(x - mean) * rsqrt(var + epsilon) * scale + bias``, cast to the output dtype."""
+    """``(x - mean) * rsqrt(var + epsilon) * scale + bias``, cast to the output dtype.
+
+    ``axes`` is ``(reduction_axes, feature_axes)``; ``x``, ``scale`` and ``bias`` have already
+    been promoted to a common dtype, which is the output dtype unless ``module.dtype`` is set.
+    """
+    reduction_axes, feature_axes = axes
     stats_shape = [1 if a in reduction_axes else d for a, d in enumerate(x.shape)]
     feature_shape = [d if a in feature_axes else 1 for a, d in enumerate(x.shape)]
     y = x if mean is None else x - mean.reshape(stats_shape)
     multiplier = jax.lax.rsqrt(var.reshape(stats_shape) + module.epsilon)
-    scale = getattr(module, "scale", None)
-    bias = getattr(module, "bias", None)
     if scale is not None:
-        multiplier = multiplier * scale.value.reshape(feature_shape)
+        multiplier = multiplier * scale.reshape(feature_shape)
     y = y * multiplier
     if bias is not None:
-        y = y + bias.value.reshape(feature_shape)
-    params = [p.value for p in (scale, bias) if p is not None]
-    return jnp.asarray(y, _output_dtype(module, x, params))
+        y = y + bias.reshape(feature_shape)
+    return jnp.asarray(y, x.dtype if module.dtype is None else module.dtype)
+
+
+def _value(variable: Any) -> jax.Array | None:
+    return None if variable is None else variable.value
 
 
 def _affine_params(
@@ -129,7 +131,7 @@ class BatchNorm(Module):
         momentum: decay of the running averages.
         epsilon: added to the variance before the square root.
         dtype: output dtype; ``None`` promotes the input and the parameters together.
-        param_dtype: dtype of ``scale``, ``bias``, ``mean`` and ``var``.
+        param_dtype: dtype of ``scale`` and ``bias`` (``mean``/``var`` are always float32).
         use_bias: whether to add the learned ``bias``.
         use_scale: whether to multiply by the learned ``scale``.
         bias_init: initializer of ``bias``.
@@ -196,8 +198,8 @@ class BatchNorm(Module):
         self.bias_metadata = metadata(bias_metadata)
         self.scale_metadata = metadata(scale_metadata)
         shape = (num_features,)
-        self.mean = BatchStat(jnp.zeros(shape, param_dtype))
-        self.var = BatchStat(jnp.ones(shape, param_dtype))
+        self.mean = BatchStat(jnp.zeros(shape, jnp.float32))
+        self.var = BatchStat(jnp.ones(shape, jnp.float32))
         _affine_params(self, rngs, shape, use_bias=use_bias, use_scale=use_scale)
 
     def __call__(
@@ -223,12 +225,16 @@ class BatchNorm(Module):
         feature_axes = canonical_axes("BatchNorm", self.axis, x.ndim)
         check_feature_size("BatchNorm", x, feature_axes, self.num_features)
         reduction_axes = tuple(a for a in range(x.ndim) if a not in feature_axes)
-        if use_running_average:
-            mean, var = self.mean.value, self.var.value
-        else:
+        x, mean, var, scale, bias = promote_dtype(
+            (x, self.mean.value, self.var.value, _value(self.scale), _value(self.bias)),
+            dtype=self.dtype,
+        )
+        if not use_running_average:
             mean, var = _moments(x, reduction_axes, module=self, use_mean=True, mask=mask)
             self._update_running(mean, var)
-        return _normalize(x, mean, var, self, reduction_axes, feature_axes)
+        return _normalize(
+            x, mean, var, scale=scale, bias=bias, module=self, axes=(reduction_axes, feature_axes)
+        )
 
     def _update_running(self, mean: jax.Array, var: jax.Array) -> None:
         running_mean, running_var = self.mean.value, self.var.value
@@ -316,8 +322,13 @@ class LayerNorm(Module):
         reduction_axes = canonical_axes("LayerNorm", self.reduction_axes, x.ndim)
         feature_axes = canonical_axes("LayerNorm", self.feature_axes, x.ndim)
         check_feature_size("LayerNorm", x, feature_axes, self.num_features)
+        x, scale, bias = promote_dtype(
+            (x, _value(self.scale), _value(self.bias)), dtype=self.dtype
+        )
         mean, var = _moments(x, reduction_axes, module=self, use_mean=True, mask=mask)
-        return _normalize(x, mean, var, self, reduction_axes, feature_axes)
+        return _normalize(
+            x, mean, var, scale=scale, bias=bias, module=self, axes=(reduction_axes, feature_axes)
+        )
 
 
 class RMSNorm(Module):
@@ -391,5 +402,14 @@ class RMSNorm(Module):
         reduction_axes = canonical_axes("RMSNorm", self.reduction_axes, x.ndim)
         feature_axes = canonical_axes("RMSNorm", self.feature_axes, x.ndim)
         check_feature_size("RMSNorm", x, feature_axes, self.num_features)
+        x, scale = promote_dtype((x, _value(self.scale)), dtype=self.dtype)
         _, mean_square = _moments(x, reduction_axes, module=self, use_mean=False, mask=mask)
-        return _normalize(x, None, mean_square, self, reduction_axes, feature_axes)
+        return _normalize(
+            x,
+            None,
+            mean_square,
+            scale=scale,
+            bias=None,
+            module=self,
+            axes=(reduction_axes, feature_axes),
+        )
