@@ -47,6 +47,8 @@ from ._transforms._jit import jit as jit  # noqa: E402
 from ._transforms._autodiff import grad as grad  # noqa: E402
 from ._transforms._autodiff import remat as remat  # noqa: E402
 from ._transforms._autodiff import value_and_grad as value_and_grad  # noqa: E402
+from ._transforms._control import cond as cond  # noqa: E402
+from ._transforms._control import fori_loop as fori_loop  # noqa: E402
 from ._transforms._eval_shape import eval_shape as eval_shape  # noqa: E402
 from ._transforms._mapping import Carry as Carry  # noqa: E402
 from ._transforms._mapping import StateAxes as StateAxes  # noqa: E402
@@ -60,5 +62,5 @@ from ._optimizer import Optimizer as Optimizer  # noqa: E402
 from ._optimizer import OptState as OptState  # noqa: E402
 
 __all__ += ["jit", "grad", "remat", "value_and_grad", "Optimizer", "OptState", "Carry",
-            "StateAxes", "scan", "vmap", "eval_shape", "create_sharded", "get_named_sharding",
+            "StateAxes", "scan", "vmap", "eval_shape", "cond", "fori_loop", "create_sharded", "get_named_sharding",
             "get_partition_spec", "shard"]

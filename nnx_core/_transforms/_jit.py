@@ -8,7 +8,9 @@ from typing import Any
 
 import jax
 
-from .._graph import GraphDef
+from .._graph import GraphDef, Plan
+from .._state import State
+from .._variables import Variable
 from ._lift import Call, OutInfo, PlanCache, apply, extract, input_values, is_graph_root, run_pure
 
 
@@ -38,6 +40,8 @@ class JitWrapped:
         static_argnums: tuple[int, ...],
         static_argnames: tuple[str, ...],
         donate_argnums: tuple[int, ...],
+        in_shardings: Any,
+        out_shardings: Any,
         jit_kwargs: dict[str, Any],
     ):
         functools.update_wrapper(self, fun)
@@ -45,6 +49,8 @@ class JitWrapped:
         self.static_argnums = static_argnums
         self.static_argnames = static_argnames
         self.donate_argnums = donate_argnums
+        self.in_shardings = in_shardings
+        self.out_shardings = out_shardings
         self.jit_kwargs = jit_kwargs
         self._plans = PlanCache()
         self._compiled: dict[Any, _Compiled] = {}
@@ -58,6 +64,7 @@ class JitWrapped:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         static: tuple[Any, ...] = ()
+        orig_args = args
         if self.static_argnums or self.static_argnames:
             static_pos, static_kw = self._split_static(args, kwargs)
             drop = {i for i, _ in static_pos}
@@ -69,12 +76,12 @@ class JitWrapped:
         key = (plan.graphdef, call.treedef, call.positions, static)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self._compile(key, call, args)
+            compiled = self._compile(key, call, orig_args, plan)
         values, out_others = compiled.fn(input_values(plan), call.others)
         assert compiled.info is not None
         return apply(compiled.info, plan, values, out_others)
 
-    def _compile(self, key: Any, call: Call, args: tuple[Any, ...]) -> _Compiled:
+    def _compile(self, key: Any, call: Call, args: tuple[Any, ...], plan: Plan) -> _Compiled:
         graphdef: GraphDef = key[0]
         treedef, positions, static = key[1], key[2], key[3]
         fun = self.fun
@@ -106,7 +113,12 @@ class JitWrapped:
             compiled.info = info
             return values, out_others
 
-        compiled.fn = jax.jit(pure, donate_argnums=donate, **self.jit_kwargs)
+        kwargs = dict(self.jit_kwargs)
+        if self.in_shardings is not None:
+            kwargs["in_shardings"] = _leaf_shardings(self.in_shardings, args, self.static_argnums, call, plan)
+        if self.out_shardings is not None:
+            kwargs["out_shardings"] = self.out_shardings
+        compiled.fn = jax.jit(pure, donate_argnums=donate, **kwargs)
         self._compiled[key] = compiled
         return compiled
 
@@ -116,12 +128,43 @@ class JitWrapped:
         return functools.partial(self, obj)
 
 
+def _leaf_shardings(
+    in_shardings: Any, args: tuple[Any, ...], static_argnums: tuple[int, ...], call: Call, plan: Plan,
+) -> tuple[list[Any], list[Any]]:
+    """Per-argument shardings expanded to the (state values, other leaves) of one call."""
+    n = len(args)
+    static = {i if i >= 0 else n + i for i in static_argnums}
+    per_arg = list(in_shardings) if isinstance(in_shardings, (tuple, list)) else [in_shardings] * n
+    if len(per_arg) != n:
+        raise ValueError(
+            f"jit: in_shardings has {len(per_arg)} entries but the function got {n} positional "
+            "arguments; give one per argument (a State of shardings or one sharding for a Module)."
+        )
+    dynamic = [(a, s) for i, (a, s) in enumerate(zip(args, per_arg)) if i not in static]
+    state_shardings: list[Any] = []
+    paths = plan.graphdef.paths
+    for root, (start, stop) in zip(plan.roots, plan.bounds):
+        spec = next((s for a, s in dynamic if a is root), None)
+        flat = dict(spec.flat_state()) if isinstance(spec, State) else None
+        for i in range(start, stop):
+            leaf = flat.get(paths[i]) if flat is not None else spec
+            state_shardings.append(leaf.value if isinstance(leaf, Variable) else leaf)
+    other_shardings: list[Any] = []
+    for a, s in dynamic:
+        if not is_graph_root(a):
+            other_shardings += [s] * len(jax.tree_util.tree_leaves(a, is_leaf=is_graph_root))
+    other_shardings += [None] * (len(call.others) - len(other_shardings))
+    return state_shardings, other_shardings
+
+
 def jit(
     fun: Callable[..., Any] | None = None,
     *,
     static_argnums: int | Sequence[int] | None = None,
     static_argnames: str | Sequence[str] | None = None,
     donate_argnums: int | Sequence[int] | None = None,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
     **jit_kwargs: Any,
 ) -> Any:
     """``jax.jit`` for functions that take and return Modules, Variables and Rngs.
@@ -137,6 +180,9 @@ def jit(
         static_argnums, static_argnames: hashable arguments that are compile-time constants.
         donate_argnums: donating any argument donates the state buffers of all graph arguments
             and the other array arguments (their old values must not be used after the call).
+        in_shardings: one entry per positional argument (or one for all): a ``Sharding``, or for
+            a Module a State of shardings such as ``get_named_sharding(nnx.state(model), mesh)``.
+        out_shardings: one ``Sharding`` for every output (state included), or None.
         **jit_kwargs: passed to ``jax.jit`` (e.g. ``keep_unused``, ``backend``).
 
     Example:
@@ -154,7 +200,8 @@ def jit(
     if fun is None:
         return lambda f: jit(
             f, static_argnums=static_argnums, static_argnames=static_argnames,
-            donate_argnums=donate_argnums, **jit_kwargs,
+            donate_argnums=donate_argnums, in_shardings=in_shardings,
+            out_shardings=out_shardings, **jit_kwargs,
         )
     names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames or ())
     return JitWrapped(
@@ -162,5 +209,7 @@ def jit(
         static_argnums=_as_tuple(static_argnums),
         static_argnames=names,
         donate_argnums=_as_tuple(donate_argnums),
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
         jit_kwargs=jit_kwargs,
     )

@@ -419,3 +419,50 @@ def test_eval_shape_builds_abstract_modules_and_leaves_inputs_alone():
     c = Counter()
     out = nnx.eval_shape(lambda c, x: (c.n.value + x) * 2, c, jnp.ones(3))
     assert out.shape == (3,) and not isinstance(c.n.value, jax.ShapeDtypeStruct)
+
+
+# -- jit shardings -------------------------------------------------------------------------------
+def test_jit_in_and_out_shardings_place_state_and_inputs():
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("data",))
+    m = Lin(3, 2, rngs=nnx.Rngs(0))
+    shardings = nnx.get_named_sharding(nnx.state(m), mesh)
+    batch = NamedSharding(mesh, P("data"))
+    f = nnx.jit(lambda m, x: m(x), in_shardings=(shardings, batch), out_shardings=NamedSharding(mesh, P()))
+    out = f(m, jnp.ones((4, 3)))
+    assert out.shape == (4, 2) and out.sharding.spec == P()
+    with pytest.raises(ValueError, match="in_shardings has 1 entries but the function got 2"):
+        nnx.jit(lambda m, x: x, in_shardings=[batch])(m, jnp.ones(2))
+
+
+def test_jit_donation_with_static_args_counts_original_positions():
+    f = nnx.jit(lambda k, m: m(jnp.ones((1, 3))) * k, static_argnums=0, donate_argnums=1)
+    m = Lin(3, 2, rngs=nnx.Rngs(0))
+    f(2, m)
+    assert f(2, m).shape == (1, 2)
+
+
+# -- control flow --------------------------------------------------------------------------------
+def test_cond_and_fori_loop_inside_jit():
+    @nnx.jit
+    def f(c, flag):
+        nnx.cond(flag, lambda c: c.n.__iadd__(10), lambda c: c.n.__isub__(1), c)
+        return nnx.fori_loop(0, 3, lambda i, c: (c.n.__iadd__(i), c)[1], c)
+
+    c = Counter()
+    assert f(c, True) is c and int(c.n.value) == 13
+    f(c, False)
+    assert int(c.n.value) == 15
+
+
+def test_control_flow_structure_changes_are_errors():
+    def grow(c):
+        c.extra = nnx.BatchStat(jnp.array(1))
+        return c
+
+    with pytest.raises(ValueError, match="cond: the function changed the structure"):
+        nnx.cond(True, grow, lambda c: c, Counter())
+    with pytest.raises(ValueError, match="fori_loop: the function changed the structure"):
+        nnx.fori_loop(0, 2, lambda i, c: grow(c), Counter())
