@@ -279,6 +279,8 @@ def _raw(module: Any, path: tuple[Any, ...], registry: Registry) -> dict[str, An
                 )
         elif field.kind == "layer":
             node[field_name] = None if value is None else _raw(value, (*path, field_name), registry)
+        elif value is None:
+            node[field_name] = None
         elif field.kind == "layers":
             node[field_name] = [_raw(v, (*path, field_name, i), registry) for i, v in enumerate(value)]
         else:

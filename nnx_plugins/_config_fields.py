@@ -218,7 +218,17 @@ def _hints(obj: Any) -> dict[str, Any]:
         return dict(getattr(obj.__init__, "__annotations__", {}))
 
 
-def _derive_fields(obj: Any) -> tuple[tuple[FieldSpec, ...], bool]:
+def _activation_default_ok(default: Any, registry: Any) -> bool:
+    if default is _EMPTY or default is None or not callable(default):
+        return True
+    try:
+        registry.name_of(default)
+    except Exception:  # noqa: BLE001 - an unregistered default has no config spelling
+        return False
+    return True
+
+
+def _derive_fields(obj: Any, registry: Any) -> tuple[tuple[FieldSpec, ...], bool]:
     signature = inspect.signature(obj.__init__)
     hints = _hints(obj)
     fields, takes_rngs = [], False
@@ -233,6 +243,8 @@ def _derive_fields(obj: Any) -> tuple[tuple[FieldSpec, ...], bool]:
         annotation = hints.get(param.name, _EMPTY)
         _, optional = _strip_optional(annotation) if annotation is not _EMPTY else (None, False)
         kind = _classify(param, annotation)
+        if kind == "activation" and not _activation_default_ok(param.default, registry):
+            kind = "opaque"
         fields.append(FieldSpec(param.name, kind, annotation, param.default, param.kind,
                                 optional or param.default is None))
     return tuple(fields), takes_rngs
@@ -284,7 +296,7 @@ def layer_spec(name: str, obj: Any, *, registry: Any = None) -> LayerSpec:
         )
         spec = LayerSpec(name, obj, (), model)
     else:
-        fields, takes_rngs = _derive_fields(obj)
+        fields, takes_rngs = _derive_fields(obj, registry)
         custom = getattr(obj, "config_model", None)
         if custom is not None:
             if not (isinstance(custom, type) and issubclass(custom, BaseModel)):

@@ -30,6 +30,7 @@ __all__ = ["Source", "read_source", "source_from"]
 Path = tuple[Any, ...]
 Position = tuple[int, int]
 _MAX_DEPTH = 200
+_PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 
 
 @dataclasses.dataclass
@@ -75,6 +76,9 @@ class _Builder:
         if len(path) > _MAX_DEPTH:
             raise ConfigError([self.source.problem(path, "the config is nested too deeply.")])
         self.source.values[path] = _mark(node)
+        if not isinstance(node, yaml.ScalarNode) and node.tag not in _PLAIN_TAGS:
+            raise ConfigError([self.source.problem(
+                path, f"unsupported YAML tag {node.tag!r}: configs hold plain data only.")])
         if isinstance(node, yaml.MappingNode):
             self.loader.flatten_mapping(node)
             result: dict[Any, Any] = {}

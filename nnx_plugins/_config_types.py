@@ -114,7 +114,8 @@ def normalize_initializer(value: Any) -> dict[str, Any]:
     else:
         raise PydanticCustomError(
             "initializer",
-            "expected an initializer name or a mapping {{type: name, ...arguments}}, got {value}.",
+            "expected an initializer name, or a mapping with its name under 'type' and its "
+            "arguments, got {value}.",
             {"value": repr(value)},
         )
     name = spec.pop("type")

@@ -54,8 +54,9 @@ class Walker:
             return None
         if "type" not in value:
             keys = [k for k in value if isinstance(k, str)]
-            close = suggest("type", keys)
-            self.add(path, f"missing the 'type' key naming the layer.{close}")
+            close = difflib.get_close_matches("type", keys, n=1, cutoff=0.5)
+            hint = f" Is {close[0]!r} a misspelling of 'type'?" if close else ""
+            self.add(path, f"missing the 'type' key naming the layer.{hint}")
             return None
         name = value["type"]
         if not isinstance(name, str):
@@ -106,7 +107,10 @@ class Walker:
         nested = {f.name for f in spec.fields if f.kind in LAYER_KINDS} if not spec.custom else set()
         normalized: dict[str, Any] = {"type": spec.name}
         for key, item in dumped.items():
-            if key in nested or key == "type":
+            if key == "type":
+                continue
+            if key in nested:  # replaced by the normalized children in `node`, unless defaulted
+                normalized[key] = [] if isinstance(item, (list, tuple)) else item
                 continue
             try:
                 normalized[key] = to_json(item)
@@ -148,4 +152,5 @@ class Walker:
             else:
                 got = "" if kind.startswith(("dtype", "initializer", "activation")) else (
                     f" (got {describe(item.get('input'))})")
-                self.add(where, f"{item['msg']}{got}.".replace("..", "."))
+                text = f"{item['msg']}{got}"
+                self.add(where, text if text.endswith((".", "?")) else f"{text}.")
