@@ -24,8 +24,9 @@ _DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def _link(schema: Any) -> Any:
-    if schema == LAYER_REF:
-        return {"$ref": "#/$defs/Layer"}
+    if isinstance(schema, dict) and set(LAYER_REF) <= set(schema):
+        rest = {k: v for k, v in schema.items() if k not in LAYER_REF}
+        return {"$ref": "#/$defs/Layer", **rest}
     if isinstance(schema, dict):
         return {key: _link(value) for key, value in schema.items()}
     if isinstance(schema, list):
