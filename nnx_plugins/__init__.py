@@ -42,7 +42,6 @@ _EXPORTS = {
     "Problem": "._config_errors",
     "Config": "._config",
     "load_config": "._config",
-    "validate_config": "._config",
     "build": "._config",
     "to_config": "._config",
     "register_section": "._config_sections",
@@ -72,23 +71,33 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from ._config import Config, build, load_config, to_config, validate_config
-    from ._config_errors import ConfigError, Problem
-    from ._config_fields import LayerSpec, layer_spec
-    from ._config_schema import config_schema
-    from ._config_sections import register_section
-    from ._containers import Parallel, Residual
-    from ._discovery import Settings
-    from ._errors import (
-        NameCollisionError,
-        PluginError,
-        PluginInfo,
-        PluginLoadError,
-        PluginNameError,
-        PluginSettingsError,
-        PluginWarning,
-        UnknownNameError,
-    )
-    from ._hookspecs import hookimpl, hookspec
-    from ._lookup import get_layer, get_variable_type, load_variable_types
-    from ._registry import Provider, Registry, default_registry, set_default_registry
+    from ._config import Config as Config
+    from ._config import build as build
+    from ._config import load_config as load_config
+    from ._config import to_config as to_config
+    from ._config_errors import ConfigError as ConfigError
+    from ._config_errors import Problem as Problem
+    from ._config_fields import LayerSpec as LayerSpec
+    from ._config_fields import layer_spec as layer_spec
+    from ._config_schema import config_schema as config_schema
+    from ._config_sections import register_section as register_section
+    from ._containers import Parallel as Parallel
+    from ._containers import Residual as Residual
+    from ._discovery import Settings as Settings
+    from ._errors import NameCollisionError as NameCollisionError
+    from ._errors import PluginError as PluginError
+    from ._errors import PluginInfo as PluginInfo
+    from ._errors import PluginLoadError as PluginLoadError
+    from ._errors import PluginNameError as PluginNameError
+    from ._errors import PluginSettingsError as PluginSettingsError
+    from ._errors import PluginWarning as PluginWarning
+    from ._errors import UnknownNameError as UnknownNameError
+    from ._hookspecs import hookimpl as hookimpl
+    from ._hookspecs import hookspec as hookspec
+    from ._lookup import get_layer as get_layer
+    from ._lookup import get_variable_type as get_variable_type
+    from ._lookup import load_variable_types as load_variable_types
+    from ._registry import Provider as Provider
+    from ._registry import Registry as Registry
+    from ._registry import default_registry as default_registry
+    from ._registry import set_default_registry as set_default_registry

@@ -62,10 +62,20 @@ def _plugins_list(args: argparse.Namespace) -> int:
     registry = _registry()
     rows = []
     for record in registry.distributions():
-        count = {k: sum(e.kind == k for e in record.entries) for k in ("layer", "variable", "plugin")}
+        count = {
+            k: sum(e.kind == k for e in record.entries) for k in ("layer", "variable", "plugin")
+        }
         hooks = ", ".join(e.name for e in record.entries if e.kind == "plugin") or "-"
-        rows.append((record.plugin.distribution, record.plugin.version, count["layer"],
-                     count["variable"], hooks, record.disabled or "enabled"))
+        rows.append(
+            (
+                record.plugin.distribution,
+                record.plugin.version,
+                count["layer"],
+                count["variable"],
+                hooks,
+                record.disabled or "enabled",
+            )
+        )
     columns = ("Distribution", "Version", "Layers", "Variable kinds", "Hook plugins", "Status")
     _console().print(_table("nnx plugins", columns, rows))
     return 0
@@ -132,10 +142,16 @@ def _layers_list(args: argparse.Namespace) -> int:
     rows, table = _names_table("layer", args.pattern, "nnx layers (and activations)")
     console = _console()
     console.print(table)
-    hooks = [f"{r.name} ({r.plugin})" for r, status in _registry().hook_plugins() if status == "not loaded"]
+    hooks = [
+        f"{r.name} ({r.plugin})"
+        for r, status in _registry().hook_plugins()
+        if status == "not loaded"
+    ]
     if hooks:
-        console.print(f"Not loaded pluggy plugins may add more names: {', '.join(hooks)}. "
-                      "Run `nnx plugins check` to load them.")
+        console.print(
+            f"Not loaded pluggy plugins may add more names: {', '.join(hooks)}. "
+            "Run `nnx plugins check` to load them."
+        )
     if args.pattern and not rows:
         return _fail(f"no layer name matches {args.pattern!r}.")
     return 0
@@ -228,20 +244,36 @@ def _build(args: argparse.Namespace) -> int:
         return 1
     console = _console()
     if args.summary:
-        rows = [(layer.path, layer.type, ", ".join(f"{v.name} {v.shape} {v.dtype} [{v.kind}]"
-                                                  for v in layer.variables),
-                 f"{layer.count:,}", _human(layer.nbytes)) for layer in summary.layers]
-        console.print(_table(f"{args.file} (built abstractly, nothing allocated)",
-                             ("Layer", "Type", "Variables", "Count", "Bytes"), rows))
+        rows = [
+            (
+                layer.path,
+                layer.type,
+                ", ".join(f"{v.name} {v.shape} {v.dtype} [{v.kind}]" for v in layer.variables),
+                f"{layer.count:,}",
+                _human(layer.nbytes),
+            )
+            for layer in summary.layers
+        ]
+        console.print(
+            _table(
+                f"{args.file} (built abstractly, nothing allocated)",
+                ("Layer", "Type", "Variables", "Count", "Bytes"),
+                rows,
+            )
+        )
         kinds = [(kind, f"{c:,}", _human(b)) for kind, (c, b) in sorted(summary.by_kind.items())]
         console.print(_table("per Variable kind", ("Kind", "Count", "Bytes"), kinds))
-    console.print(f"total: {summary.total_count:,} values, {_human(summary.total_bytes)} "
-                  f"({summary.total_bytes:,} bytes)")
+    console.print(
+        f"total: {summary.total_count:,} values, {_human(summary.total_bytes)} "
+        f"({summary.total_bytes:,} bytes)"
+    )
     return 0
 
 
 # -- the parser ------------------------------------------------------------------------------
-def _add(subparsers: Any, name: str, handler: Callable[[argparse.Namespace], int], help_text: str) -> Any:
+def _add(
+    subparsers: Any, name: str, handler: Callable[[argparse.Namespace], int], help_text: str
+) -> Any:
     parser = subparsers.add_parser(name, help=help_text, description=help_text)
     parser.set_defaults(handler=handler)
     return parser
@@ -259,23 +291,27 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     plugins = commands.add_parser("plugins", help="installed layer packs").add_subparsers(
-        dest="action", metavar="ACTION", required=True)
+        dest="action", metavar="ACTION", required=True
+    )
     _add(plugins, "list", _plugins_list, "list distributions with nnx entry points (metadata only)")
     _add(plugins, "check", _plugins_check, "import every plugin; report failures and collisions")
 
     layers = commands.add_parser("layers", help="layer and activation names").add_subparsers(
-        dest="action", metavar="ACTION", required=True)
+        dest="action", metavar="ACTION", required=True
+    )
     listing = _add(layers, "list", _layers_list, "list layer names (metadata only)")
     listing.add_argument("pattern", nargs="?", help="substring or glob, e.g. 'acme.*'")
     show = _add(layers, "show", _layers_show, "show a layer's provider and config fields")
     show.add_argument("name")
 
     variables = commands.add_parser("variables", help="Variable kind names").add_subparsers(
-        dest="action", metavar="ACTION", required=True)
+        dest="action", metavar="ACTION", required=True
+    )
     _add(variables, "list", _variables_list, "list Variable kind names (metadata only)")
 
-    config = commands.add_parser("config", help="validate configs, print the schema").add_subparsers(
-        dest="action", metavar="ACTION", required=True)
+    config = commands.add_parser(
+        "config", help="validate configs, print the schema"
+    ).add_subparsers(dest="action", metavar="ACTION", required=True)
     validate = _add(config, "validate", _config_validate, "validate config files")
     validate.add_argument("files", nargs="+", metavar="FILE")
     schema = _add(config, "schema", _config_schema, "print the JSON Schema of config files")
@@ -283,8 +319,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     build = _add(commands, "build", _build, "build a config abstractly (no allocation)")
     build.add_argument("file", metavar="FILE")
-    build.add_argument("--summary", action="store_true",
-                       help="shapes, counts and bytes per layer and per Variable kind")
+    build.add_argument(
+        "--summary",
+        action="store_true",
+        help="shapes, counts and bytes per layer and per Variable kind",
+    )
     _extensions(commands)
     return parser
 

@@ -59,11 +59,15 @@ class Config:
         if self.prefer:
             data["plugins"] = {"prefer": dict(self.prefer)}
         for name, value in self.sections.items():
-            data[name] = value.model_dump(mode="json") if isinstance(value, pydantic.BaseModel) else value
+            data[name] = (
+                value.model_dump(mode="json") if isinstance(value, pydantic.BaseModel) else value
+            )
         return data
 
 
-def _section_problems(walker: Walker, name: str, model: type[pydantic.BaseModel], value: Any) -> Any:
+def _section_problems(
+    walker: Walker, name: str, model: type[pydantic.BaseModel], value: Any
+) -> Any:
     try:
         return model.model_validate(value)
     except pydantic.ValidationError as error:
@@ -71,8 +75,11 @@ def _section_problems(walker: Walker, name: str, model: type[pydantic.BaseModel]
             where = (name, *item["loc"])
             if item["type"] == "extra_forbidden":
                 fields = [f.alias or n for n, f in model.model_fields.items()]
-                walker.add(where, f"unknown key {item['loc'][-1]!r}.{suggest(item['loc'][-1], fields)}",
-                           at_key=True)
+                walker.add(
+                    where,
+                    f"unknown key {item['loc'][-1]!r}.{suggest(item['loc'][-1], fields)}",
+                    at_key=True,
+                )
             else:
                 walker.add(where, f"{item['msg']} (got {describe(item.get('input'))}).")
     return None
@@ -104,7 +111,9 @@ def _validate(source: Source, registry: Registry) -> Config:
     walker.prefer = dict(plugins.prefer) if plugins is not None else {}
     model = walker.node(data["model"], ("model",))
     if walker.problems or model is None:
-        problems = sorted(walker.problems, key=lambda p: (p.line is None, p.line or 0, p.column or 0))
+        problems = sorted(
+            walker.problems, key=lambda p: (p.line is None, p.line or 0, p.column or 0)
+        )
         raise ConfigError(problems)
     return Config(model, sections, walker.prefer, source.name)
 
@@ -134,7 +143,9 @@ def load_config(config: Any, *, registry: Registry | None = None) -> Config:
     if isinstance(config, Config):
         return config
     if not isinstance(config, (Mapping, str, os.PathLike, Source)):
-        raise TypeError(f"load_config expects a file path or a mapping, got {type(config).__name__}.")
+        raise TypeError(
+            f"load_config expects a file path or a mapping, got {type(config).__name__}."
+        )
     return _validate(source_from(config), registry or default_registry())
 
 
@@ -192,7 +203,11 @@ class _Builder:
         if field.kind == "layer_map":
             return {key: self.node(item, (*path, key)) for key, item in raw.items()}
         value = getattr(validated, f"f_{field.name}")
-        return value if isinstance(field.annotation, type) and field.annotation is list else tuplify(value)
+        return (
+            value
+            if isinstance(field.annotation, type) and field.annotation is list
+            else tuplify(value)
+        )
 
     def node(self, node: Mapping[str, Any], path: tuple[Any, ...]) -> Any:
         obj = self.registry.get("layer", node["type"], prefer=self.prefer)
@@ -202,20 +217,27 @@ class _Builder:
         if spec.custom:
             data = {k: v for k, v in node.items() if k != "type"}
             validated = spec.model.model_validate(data)
-            args, kwargs = [], {name: getattr(validated, name) for name in type(validated).model_fields}
+            args, kwargs = (
+                [],
+                {name: getattr(validated, name) for name in type(validated).model_fields},
+            )
         else:
             context = {"registry": self.registry, "prefer": self.prefer}
             validated = spec.model.model_validate(node, context=context)
-            values = {f.name: self.value(f, node[f.name], validated, (*path, f.name))
-                      for f in spec.fields if f.kind != "opaque"}
+            values = {
+                f.name: self.value(f, node[f.name], validated, (*path, f.name))
+                for f in spec.fields
+                if f.kind != "opaque"
+            }
             args, kwargs = _place(spec.fields, values)
         if spec.takes_rngs:
             kwargs["rngs"] = self.rngs
         try:
             return obj(*args, **kwargs)
         except Exception as error:  # noqa: BLE001 - any layer error is reported with its path
-            raise _BuildFailure(path, f"building {spec.name} raised {type(error).__name__}: "
-                                f"{error}") from error
+            raise _BuildFailure(
+                path, f"building {spec.name} raised {type(error).__name__}: {error}"
+            ) from error
 
 
 def build(config: Any, *, rngs: Any = None, registry: Registry | None = None) -> Any:
@@ -247,7 +269,9 @@ def build(config: Any, *, rngs: Any = None, registry: Registry | None = None) ->
     try:
         return _Builder(registry, validated.prefer, rngs).node(validated.model, ("model",))
     except _BuildFailure as failure:
-        raise ConfigError([Problem(failure.path, str(failure), validated.source)]) from failure.__cause__
+        raise ConfigError(
+            [Problem(failure.path, str(failure), validated.source)]
+        ) from failure.__cause__
 
 
 def _raw(module: Any, path: tuple[Any, ...], registry: Registry) -> dict[str, Any]:
@@ -258,8 +282,11 @@ def _raw(module: Any, path: tuple[Any, ...], registry: Registry) -> dict[str, An
         return {"type": registry.name_of(module)}
     name = registry.name_of(type(module))
     spec = layer_spec(name, type(module), registry=registry)
-    fields = [(n, None) for n in spec.model.model_fields] if spec.custom else [
-        (f.name, f) for f in spec.fields]
+    fields = (
+        [(n, None) for n in spec.model.model_fields]
+        if spec.custom
+        else [(f.name, f) for f in spec.fields]
+    )
     node: dict[str, Any] = {"type": name}
     for field_name, field in fields:
         if not hasattr(module, field_name):
@@ -282,9 +309,13 @@ def _raw(module: Any, path: tuple[Any, ...], registry: Registry) -> dict[str, An
         elif value is None:
             node[field_name] = None
         elif field.kind == "layers":
-            node[field_name] = [_raw(v, (*path, field_name, i), registry) for i, v in enumerate(value)]
+            node[field_name] = [
+                _raw(v, (*path, field_name, i), registry) for i, v in enumerate(value)
+            ]
         else:
-            node[field_name] = {k: _raw(v, (*path, field_name, k), registry) for k, v in value.items()}
+            node[field_name] = {
+                k: _raw(v, (*path, field_name, k), registry) for k, v in value.items()
+            }
     return node
 
 

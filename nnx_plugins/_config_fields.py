@@ -58,7 +58,9 @@ class FieldSpec:
 
     @property
     def required(self) -> bool:
-        return self.default is _EMPTY and self.parameter_kind is not inspect.Parameter.VAR_POSITIONAL
+        return (
+            self.default is _EMPTY and self.parameter_kind is not inspect.Parameter.VAR_POSITIONAL
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +136,9 @@ def _is_callable_annotation(annotation: Any) -> bool:
 def _is_dtype_default(default: Any) -> bool:
     import numpy as np
 
-    return isinstance(default, np.dtype) or (isinstance(default, type) and hasattr(default, "dtype"))
+    return isinstance(default, np.dtype) or (
+        isinstance(default, type) and hasattr(default, "dtype")
+    )
 
 
 def _is_initializer_default(default: Any) -> bool:
@@ -149,7 +153,14 @@ def _classify(param: inspect.Parameter, annotation: Any) -> str:
     """Decide a parameter's field kind from its annotation, name and default."""
     name, default = param.name, param.default
     if param.kind is inspect.Parameter.VAR_POSITIONAL:
-        return "layers" if annotation is _EMPTY or _layer_shape(annotation) or _is_callable_annotation(annotation) or annotation is Any else "plain"
+        return (
+            "layers"
+            if annotation is _EMPTY
+            or _layer_shape(annotation)
+            or _is_callable_annotation(annotation)
+            or annotation is Any
+            else "plain"
+        )
     shape = _layer_shape(annotation) if annotation is not _EMPTY else None
     if shape is not None:
         return {"one": "layer", "list": "layers", "dict": "layer_map"}[shape]
@@ -245,8 +256,16 @@ def _derive_fields(obj: Any, registry: Any) -> tuple[tuple[FieldSpec, ...], bool
         kind = _classify(param, annotation)
         if kind == "activation" and not _activation_default_ok(param.default, registry):
             kind = "opaque"
-        fields.append(FieldSpec(param.name, kind, annotation, param.default, param.kind,
-                                optional or param.default is None))
+        fields.append(
+            FieldSpec(
+                param.name,
+                kind,
+                annotation,
+                param.default,
+                param.kind,
+                optional or param.default is None,
+            )
+        )
     return tuple(fields), takes_rngs
 
 
@@ -262,8 +281,9 @@ def _make_model(name: str, fields: tuple[FieldSpec, ...], registry: Any) -> type
             Field(_pydantic_default(spec, registry), alias=spec.name),
         )
     title = name.replace(".", "_")
-    config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, title=name,
-                        validate_default=False)
+    config = ConfigDict(
+        extra="forbid", arbitrary_types_allowed=True, title=name, validate_default=False
+    )
     return pydantic.create_model(f"{title}Config", __config__=config, **definitions)
 
 
@@ -306,7 +326,8 @@ def layer_spec(name: str, obj: Any, *, registry: Any = None) -> LayerSpec:
                 )
             spec = LayerSpec(name, obj, fields, custom, True, takes_rngs)
         else:
-            spec = LayerSpec(name, obj, fields, _make_model(name, fields, registry), False,
-                             takes_rngs)
+            spec = LayerSpec(
+                name, obj, fields, _make_model(name, fields, registry), False, takes_rngs
+            )
     _CACHE[key] = spec
     return spec

@@ -44,7 +44,9 @@ def register_section(name: str, model: type[pydantic.BaseModel]) -> type[pydanti
         ValueError: ``name`` is reserved or already taken by another model.
     """
     if not (isinstance(model, type) and issubclass(model, pydantic.BaseModel)):
-        raise TypeError(f"register_section({name!r}, ...) expects a pydantic BaseModel subclass, got {model!r}.")
+        raise TypeError(
+            f"register_section({name!r}, ...) expects a pydantic BaseModel subclass, got {model!r}."
+        )
     if name in RESERVED:
         raise ValueError(f"The config section {name!r} is reserved by nnx_plugins.")
     holder = _SECTIONS.get(name)

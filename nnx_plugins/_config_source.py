@@ -77,8 +77,13 @@ class _Builder:
             raise ConfigError([self.source.problem(path, "the config is nested too deeply.")])
         self.source.values[path] = _mark(node)
         if not isinstance(node, yaml.ScalarNode) and node.tag not in _PLAIN_TAGS:
-            raise ConfigError([self.source.problem(
-                path, f"unsupported YAML tag {node.tag!r}: configs hold plain data only.")])
+            raise ConfigError(
+                [
+                    self.source.problem(
+                        path, f"unsupported YAML tag {node.tag!r}: configs hold plain data only."
+                    )
+                ]
+            )
         if isinstance(node, yaml.MappingNode):
             self.loader.flatten_mapping(node)
             result: dict[Any, Any] = {}
@@ -88,8 +93,13 @@ class _Builder:
                     key = str(key)
                 if key in result:
                     self.source.keys[(*path, key)] = _mark(key_node)
-                    self.duplicates.append(self.source.problem(
-                        (*path, key), f"duplicate key {key!r}; only one may be given.", at_key=True))
+                    self.duplicates.append(
+                        self.source.problem(
+                            (*path, key),
+                            f"duplicate key {key!r}; only one may be given.",
+                            at_key=True,
+                        )
+                    )
                 self.source.keys[(*path, key)] = _mark(key_node)
                 result[key] = self.build(value_node, (*path, key))
             return result
@@ -108,7 +118,9 @@ def _parse_yaml(text: str, source: Source) -> None:
         mark = error.problem_mark or error.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
         what = f"{error.context + '; ' if error.context else ''}{error.problem}"
-        raise ConfigError([Problem((), f"invalid YAML: {what}", source.name, line, column)]) from None
+        raise ConfigError(
+            [Problem((), f"invalid YAML: {what}", source.name, line, column)]
+        ) from None
     except yaml.YAMLError as error:
         raise ConfigError([Problem((), f"invalid YAML: {error}", source.name)]) from None
     finally:

@@ -36,9 +36,25 @@ __all__ = [
 ]
 
 DTYPE_NAMES = (
-    "bool", "int4", "int8", "int16", "int32", "int64", "uint4", "uint8", "uint16", "uint32",
-    "uint64", "float8_e4m3fn", "float8_e5m2", "float16", "bfloat16", "float32", "float64",
-    "complex64", "complex128",
+    "bool",
+    "int4",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint4",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
 )
 #: placeholder for a nested layer in generated schemas; `config_schema` turns it into a $ref
 LAYER_REF = {"x-nnx-layer": True}
@@ -93,7 +109,11 @@ def normalize_dtype(value: Any) -> str | None:
     raise PydanticCustomError(
         "dtype",
         "unknown dtype {value}.{hint} Known dtypes: {known}.",
-        {"value": repr(value), "hint": suggest(value, DTYPE_NAMES), "known": ", ".join(DTYPE_NAMES)},
+        {
+            "value": repr(value),
+            "hint": suggest(value, DTYPE_NAMES),
+            "known": ", ".join(DTYPE_NAMES),
+        },
     )
 
 
@@ -121,16 +141,21 @@ def normalize_initializer(value: Any) -> dict[str, Any]:
     name = spec.pop("type")
     if name not in initializers.names():
         raise PydanticCustomError(
-            "initializer", "unknown initializer {name}.{hint} Known initializers: {known}.",
-            {"name": repr(name), "hint": suggest(name, initializers.names()),
-             "known": ", ".join(initializers.names())},
+            "initializer",
+            "unknown initializer {name}.{hint} Known initializers: {known}.",
+            {
+                "name": repr(name),
+                "hint": suggest(name, initializers.names()),
+                "known": ", ".join(initializers.names()),
+            },
         )
     try:
         init = initializers.get(name, **tuplify(spec))
         return {"type": init.name, **to_json(init.config())}
     except Exception as error:  # noqa: BLE001 - report any bad argument as a config problem
         raise PydanticCustomError(
-            "initializer", "invalid arguments for initializer {name}: {error}",
+            "initializer",
+            "invalid arguments for initializer {name}: {error}",
             {"name": repr(name), "error": str(error).split("\n")[0]},
         ) from None
 
@@ -147,7 +172,8 @@ def _normalize_activation(value: Any, info: ValidationInfo) -> str | None:
             raise PydanticCustomError("activation", "{error}", {"error": str(error)}) from None
     if not isinstance(value, str):
         raise PydanticCustomError(
-            "activation", "expected an activation name such as 'relu', got {value}.",
+            "activation",
+            "expected an activation name such as 'relu', got {value}.",
             {"value": repr(value)},
         )
     try:

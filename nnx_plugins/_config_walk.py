@@ -49,8 +49,10 @@ class Walker:
     def spec_of(self, value: Any, path: Path) -> LayerSpec | None:
         """Resolve the ``type`` of the node at ``path``; report why if it cannot be resolved."""
         if not isinstance(value, Mapping):
-            self.add(path, "expected a layer config: a mapping with a 'type' key, got "
-                     f"{describe(value)}.")
+            self.add(
+                path,
+                f"expected a layer config: a mapping with a 'type' key, got {describe(value)}.",
+            )
             return None
         if "type" not in value:
             keys = [k for k in value if isinstance(k, str)]
@@ -79,8 +81,9 @@ class Walker:
         if not spec.custom:
             for field in spec.fields:
                 if field.kind in LAYER_KINDS and field.name in value:
-                    child = self._children(field.kind, field.optional, value[field.name],
-                                           (*path, field.name))
+                    child = self._children(
+                        field.kind, field.optional, value[field.name], (*path, field.name)
+                    )
                     if normalized is not None:
                         normalized[field.name] = child
         return normalized if len(self.problems) == before else None
@@ -104,7 +107,9 @@ class Walker:
             self._report(error, spec, path)
             return None
         dumped = validated.model_dump(mode="python", by_alias=True)
-        nested = {f.name for f in spec.fields if f.kind in LAYER_KINDS} if not spec.custom else set()
+        nested = (
+            {f.name for f in spec.fields if f.kind in LAYER_KINDS} if not spec.custom else set()
+        )
         normalized: dict[str, Any] = {"type": spec.name}
         for key, item in dumped.items():
             if key == "type":
@@ -125,7 +130,8 @@ class Walker:
         items = error.errors(include_url=False)
         misspelt = {
             close
-            for item in items if item["type"] == "extra_forbidden" and len(item["loc"]) == 1
+            for item in items
+            if item["type"] == "extra_forbidden" and len(item["loc"]) == 1
             for close in difflib.get_close_matches(str(item["loc"][0]), names, n=1, cutoff=0.6)
         }
         for item in items:
@@ -138,19 +144,28 @@ class Walker:
                 opaque = spec.field(str(loc[0]))
                 reason = (
                     f"{loc[0]!r} cannot be set from a config (its value has no config spelling)."
-                    if opaque is not None else
-                    f"unknown key {loc[0]!r} for {spec.name}.{suggest(loc[0], names)} "
+                    if opaque is not None
+                    else f"unknown key {loc[0]!r} for {spec.name}.{suggest(loc[0], names)} "
                     f"Valid keys: {', '.join(names)}."
                 )
                 self.add(where, reason, at_key=True)
             elif kind == "missing":
                 position = self.source.value_position(where[:-1])
                 line, column = position if position else (None, None)
-                self.problems.append(Problem(
-                    where, f"missing required key {loc[-1]!r} for {spec.name}.",
-                    self.source.name, line, column))
+                self.problems.append(
+                    Problem(
+                        where,
+                        f"missing required key {loc[-1]!r} for {spec.name}.",
+                        self.source.name,
+                        line,
+                        column,
+                    )
+                )
             else:
-                got = "" if kind.startswith(("dtype", "initializer", "activation")) else (
-                    f" (got {describe(item.get('input'))})")
+                got = (
+                    ""
+                    if kind.startswith(("dtype", "initializer", "activation"))
+                    else (f" (got {describe(item.get('input'))})")
+                )
                 text = f"{item['msg']}{got}"
                 self.add(where, text if text.endswith((".", "?")) else f"{text}.")

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
+
 from nnx_core import Module
 
 __all__ = ["Residual", "Parallel"]

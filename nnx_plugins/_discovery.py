@@ -135,7 +135,10 @@ class Settings:
             return ""
         if not self.autoload:
             return "disabled by NNX_DISABLE_PLUGIN_AUTOLOAD"
-        if self.allowlist is not None and canonical_distribution(distribution) not in self.allowlist:
+        if (
+            self.allowlist is not None
+            and canonical_distribution(distribution) not in self.allowlist
+        ):
             return "not in NNX_PLUGINS"
         return ""
 
@@ -205,7 +208,9 @@ def _records_of(dist: Any) -> tuple[EntryRecord, ...]:
     )
 
 
-def discover(settings: Settings, distributions: Iterable[Any] | None = None) -> list[DistributionRecord]:
+def discover(
+    settings: Settings, distributions: Iterable[Any] | None = None
+) -> list[DistributionRecord]:
     """Return every distribution declaring ``nnx.*`` entry points, sorted by name.
 
     Reads metadata only. The first distribution of a given name on ``sys.path`` wins, as in

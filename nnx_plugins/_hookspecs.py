@@ -17,7 +17,13 @@ from typing import Any
 
 import pluggy
 
-__all__ = ["PROJECT_NAME", "hookspec", "hookimpl", "nnx_register_layers", "nnx_register_variable_types"]
+__all__ = [
+    "PROJECT_NAME",
+    "hookspec",
+    "hookimpl",
+    "nnx_register_layers",
+    "nnx_register_variable_types",
+]
 
 PROJECT_NAME = "nnx"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)

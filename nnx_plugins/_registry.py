@@ -170,7 +170,10 @@ class Registry:
     def hook_plugins(self) -> tuple[tuple[EntryRecord, str], ...]:
         """The pluggy plugin modules with their status (``loaded``, ``not loaded``, ``failed: ...``)."""
         return tuple(
-            (h.record, f"failed: {h.error}" if h.error else ("loaded" if h.loaded else "not loaded"))
+            (
+                h.record,
+                f"failed: {h.error}" if h.error else ("loaded" if h.loaded else "not loaded"),
+            )
             for h in self._hooks
         )
 
@@ -273,7 +276,9 @@ class Registry:
                 self._name_failures.append(error)
                 self._report(error)
                 continue
-            provider = Provider(entry.kind, entry.name, entry.plugin, entry.target, entry.entry_point)
+            provider = Provider(
+                entry.kind, entry.name, entry.plugin, entry.target, entry.entry_point
+            )
             self._providers[entry.kind].setdefault(entry.name, {})[record.canonical] = provider
 
     def _report(self, error: PluginError) -> None:
@@ -312,18 +317,30 @@ class Registry:
         notes = []
         for hook in self._hooks:
             if hook.error is not None:
-                notes.append(f" Plugin {hook.record.name!r} of {hook.record.plugin} failed to load "
-                             f"and may have provided it: {hook.error}")
+                notes.append(
+                    f" Plugin {hook.record.name!r} of {hook.record.plugin} failed to load "
+                    f"and may have provided it: {hook.error}"
+                )
         for record in self._records:
             owns = namespace and any(e.name.startswith(namespace + ".") for e in record.entries)
             if record.disabled and owns:
-                notes.append(f" {record.plugin} provides the {namespace!r} namespace but is "
-                             f"{record.disabled}.")
+                notes.append(
+                    f" {record.plugin} provides the {namespace!r} namespace but is "
+                    f"{record.disabled}."
+                )
         if namespace and not notes:
-            packs = sorted({str(p.plugin) for ps in self._providers[kind].values()
-                            for p in ps.values() if "." in p.name})
-            notes.append(f" No installed distribution provides {namespace}.* names"
-                         + (f"; installed packs: {', '.join(packs)}." if packs else "."))
+            packs = sorted(
+                {
+                    str(p.plugin)
+                    for ps in self._providers[kind].values()
+                    for p in ps.values()
+                    if "." in p.name
+                }
+            )
+            notes.append(
+                f" No installed distribution provides {namespace}.* names"
+                + (f"; installed packs: {', '.join(packs)}." if packs else ".")
+            )
         return UnknownNameError(
             f"Unknown {_NOUN[kind]} {name!r}.{hint}{''.join(notes)}", suggestions=close
         )
@@ -466,4 +483,3 @@ def set_default_registry(registry: Registry | None) -> Registry | None:
     with _DEFAULT_LOCK:
         previous, _DEFAULT = _DEFAULT, registry
         return previous
-

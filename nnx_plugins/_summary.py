@@ -77,8 +77,15 @@ def _owner(model: dict[str, Any], path: tuple[Any, ...]) -> tuple[tuple[Any, ...
     """The deepest config node along ``path`` and its path (config attributes mirror fields)."""
     node, where, best = model, (), ((), model)
     for key in path:
-        child = node.get(key) if isinstance(node, dict) else (
-            node[key] if isinstance(node, list) and isinstance(key, int) and key < len(node) else None)
+        child = (
+            node.get(key)
+            if isinstance(node, dict)
+            else (
+                node[key]
+                if isinstance(node, list) and isinstance(key, int) and key < len(node)
+                else None
+            )
+        )
         if child is None:
             break
         node, where = child, (*where, key)
@@ -94,6 +101,7 @@ def summarize(config: Any, *, registry: Any = None) -> Summary:
         ConfigError: the config is invalid, or a layer raised while being built.
     """
     import jax
+
     import nnx_core
 
     validated = load_config(config, registry=registry)
@@ -106,7 +114,7 @@ def summarize(config: Any, *, registry: Any = None) -> Summary:
         count = math.prod(struct.shape)
         nbytes = count * _itemsize(struct)
         kind = nnx_core.variable_name(type(variable))
-        name = format_path(tuple(path)[len(where):])
+        name = format_path(tuple(path)[len(where) :])
         row = VariableRow(name, kind, tuple(struct.shape), str(struct.dtype), count, nbytes)
         rows.setdefault(where, (node["type"], []))[1].append(row)
         old = by_kind.get(kind, (0, 0))

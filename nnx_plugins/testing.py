@@ -157,6 +157,7 @@ def check_layer(
         LayerCheckError: listing every failed check.
     """
     import jax
+
     import nnx_core
 
     registry = registry or default_registry()
@@ -173,7 +174,8 @@ def check_layer(
         rebuilt = build(back, registry=registry)
         shapes = [jax.tree.map(jax.numpy.shape, nnx_core.state(m)) for m in (module, rebuilt)]
         if jax.tree.structure(shapes[0]) != jax.tree.structure(shapes[1]) or jax.tree.leaves(
-            shapes[0]) != jax.tree.leaves(shapes[1]):
+            shapes[0]
+        ) != jax.tree.leaves(shapes[1]):
             problems.append("build(to_config(m)) has a different state structure than m")
     schema = config_schema(registry=registry)["$defs"].get(name)
     if schema is None:

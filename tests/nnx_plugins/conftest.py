@@ -6,6 +6,7 @@ import textwrap
 import types
 
 import pytest
+
 from nnx_core import Module, Param, Rngs
 from nnx_plugins.testing import fake_distribution, isolated_registry, nnx_registry  # noqa: F401
 
@@ -41,7 +42,8 @@ def fake_modules(monkeypatch, tmp_path):
     module.FakeParam = FakeParam
     monkeypatch.setitem(sys.modules, "fakepack", module)
     (tmp_path / "boom.py").write_text("raise RuntimeError('boom at import')\n")
-    (tmp_path / "hookpack.py").write_text(textwrap.dedent("""
+    (tmp_path / "hookpack.py").write_text(
+        textwrap.dedent("""
         from nnx_core import Variable
         from nnx_plugins import hookimpl
 
@@ -58,30 +60,42 @@ def fake_modules(monkeypatch, tmp_path):
         @hookimpl
         def nnx_register_variable_types(registry):
             registry.add_variable_type("hooky.Scale", Scale)
-    """))
-    (tmp_path / "badhook.py").write_text(textwrap.dedent("""
+    """)
+    )
+    (tmp_path / "badhook.py").write_text(
+        textwrap.dedent("""
         from nnx_plugins import hookimpl
 
         @hookimpl
         def nnx_register_layers(registry):
             registry.add_layer("Unqualified", print)
-    """))
-    (tmp_path / "raisinghook.py").write_text(textwrap.dedent("""
+    """)
+    )
+    (tmp_path / "raisinghook.py").write_text(
+        textwrap.dedent("""
         from nnx_plugins import hookimpl
 
         @hookimpl
         def nnx_register_layers(registry):
             raise KeyError("hook exploded")
-    """))
-    (tmp_path / "typohook.py").write_text(textwrap.dedent("""
+    """)
+    )
+    (tmp_path / "typohook.py").write_text(
+        textwrap.dedent("""
         from nnx_plugins import hookimpl
 
         @hookimpl
         def nnx_register_layer(registry):
             pass
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("boom", "badhook", "raisinghook", "typohook"):  # hookpack stays: its kind is global
+    for name in (
+        "boom",
+        "badhook",
+        "raisinghook",
+        "typohook",
+    ):  # hookpack stays: its kind is global
         monkeypatch.delitem(sys.modules, name, raising=False)
     return module
 
@@ -97,16 +111,20 @@ def with_fakes(fake_modules):
     """Build a default registry from the real ``nnx`` + ``acme-layers`` and the given fakes."""
 
     def make(*fakes, settings=None):
-        return isolated_registry(distributions=[*installed("nnx", "acme-layers"), *fakes],
-                                 settings=settings)
+        return isolated_registry(
+            distributions=[*installed("nnx", "acme-layers"), *fakes], settings=settings
+        )
 
     return make
 
 
 COLLIDING = fake_distribution(
-    "other-layers", "2.0", entry_points={"nnx.layers": {"acme.GatedDense": "fakepack:OtherGatedDense"}}
+    "other-layers",
+    "2.0",
+    entry_points={"nnx.layers": {"acme.GatedDense": "fakepack:OtherGatedDense"}},
 )
 BROKEN = fake_distribution(
-    "broken-layers", "0.3", entry_points={"nnx.layers": {"broken.Dense": "boom:Dense",
-                                                         "broken.Other": "boom:Other"}}
+    "broken-layers",
+    "0.3",
+    entry_points={"nnx.layers": {"broken.Dense": "boom:Dense", "broken.Other": "boom:Other"}},
 )

@@ -10,14 +10,27 @@ ARGUMENTS = {
     "RMSNorm": {"num_features": 4, "scale_init": {"type": "constant", "value": 0.5}},
     "Dropout": {"rate": 0.25, "broadcast_dims": [0]},
     "Flatten": {},
-    "Sequential": {"layers": [{"type": "Linear", "in_features": 3, "out_features": 4}, {"type": "relu"}]},
-    "Residual": {"block": {"type": "Linear", "in_features": 4, "out_features": 4},
-                 "shortcut": {"type": "LayerNorm", "num_features": 4}},
-    "Parallel": {"branches": {"left": {"type": "Linear", "in_features": 3, "out_features": 2},
-                              "right": {"type": "Sequential", "layers": [{"type": "gelu"}]}},
-                 "combine": "dict"},
-    "acme.GatedDense": {"in_features": 4, "out_features": 3, "lora_rank": 2,
-                        "gate_activation": "acme.Swish", "kernel_init": "he_normal"},
+    "Sequential": {
+        "layers": [{"type": "Linear", "in_features": 3, "out_features": 4}, {"type": "relu"}]
+    },
+    "Residual": {
+        "block": {"type": "Linear", "in_features": 4, "out_features": 4},
+        "shortcut": {"type": "LayerNorm", "num_features": 4},
+    },
+    "Parallel": {
+        "branches": {
+            "left": {"type": "Linear", "in_features": 3, "out_features": 2},
+            "right": {"type": "Sequential", "layers": [{"type": "gelu"}]},
+        },
+        "combine": "dict",
+    },
+    "acme.GatedDense": {
+        "in_features": 4,
+        "out_features": 3,
+        "lora_rank": 2,
+        "gate_activation": "acme.Swish",
+        "kernel_init": "he_normal",
+    },
 }
 
 NESTED = {
@@ -27,7 +40,10 @@ NESTED = {
         {"type": "BatchNorm", "num_features": 4},
         {"type": "relu"},
         {"type": "Flatten"},
-        {"type": "Residual", "block": {"type": "acme.GatedDense", "in_features": 256, "out_features": 256}},
+        {
+            "type": "Residual",
+            "block": {"type": "acme.GatedDense", "in_features": 256, "out_features": 256},
+        },
         {"type": "Dropout", "rate": 0.1},
         {"type": "Linear", "in_features": 256, "out_features": 10},
     ],

@@ -7,6 +7,7 @@ import types
 
 import pytest
 import yaml
+
 from nnx_plugins import _cli, set_default_registry
 from nnx_plugins._cli import main
 
@@ -30,7 +31,9 @@ def test_listing_imports_neither_jax_nor_plugins():
         "heavy = ('jax', 'jaxlib', 'acme_layers', 'nnx_core', 'nnx_layers', 'pydantic', 'pluggy')\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
     assert result.stdout.strip().splitlines()[-1] == "[]"
     assert "acme.GatedDense" in result.stdout
 
@@ -97,7 +100,10 @@ def test_config_validate(capsys, nnx_registry, tmp_path):
     assert code == 0 and "good.yaml: ok (Sequential)" in out
     code, out, err = run(capsys, "config", "validate", str(good), str(bad))
     assert code == 1 and "good.yaml: ok" in out
-    assert "bad.yaml:3:3: model.in_feature: unknown key 'in_feature' for Linear. Did you mean 'in_features'?" in err
+    assert (
+        "bad.yaml:3:3: model.in_feature: unknown key 'in_feature' for Linear. Did you mean 'in_features'?"
+        in err
+    )
 
 
 def test_config_schema(capsys, nnx_registry, tmp_path):
@@ -150,7 +156,10 @@ def test_extension_modules_add_commands(capsys, monkeypatch):
     module.add_commands = add_commands
     monkeypatch.setitem(sys.modules, "fake_train_cli", module)
     monkeypatch.setattr(_cli, "COMMAND_MODULES", ("fake_train_cli", "not_installed_cli"))
-    monkeypatch.setattr(_cli.importlib.util, "find_spec",
-                        lambda name: object() if name == "fake_train_cli" else None)
+    monkeypatch.setattr(
+        _cli.importlib.util,
+        "find_spec",
+        lambda name: object() if name == "fake_train_cli" else None,
+    )
     code, out, _ = run(capsys, "train", "m.yaml")
     assert code == 0 and out == "training m.yaml\n"

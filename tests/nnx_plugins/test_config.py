@@ -4,8 +4,9 @@ import json
 
 import jax
 import pytest
+
 from nnx_core import Rngs, state
-from nnx_plugins import ConfigError, Config, build, load_config, to_config
+from nnx_plugins import Config, ConfigError, build, load_config, to_config
 from nnx_plugins._config_errors import format_path
 
 from .conftest import BROKEN, COLLIDING, OtherGatedDense
@@ -36,7 +37,9 @@ def test_corpus_covers_every_registered_layer(nnx_registry):
 @pytest.mark.parametrize("name", ["relu", "gelu", "acme.Swish"])
 def test_activations_build_to_the_function(nnx_registry, name):
     assert build({"type": name}) is nnx_registry.get("layer", name)
-    assert to_config(build({"type": "Sequential", "layers": [{"type": name}]}))["layers"] == [{"type": name}]
+    assert to_config(build({"type": "Sequential", "layers": [{"type": name}]}))["layers"] == [
+        {"type": name}
+    ]
 
 
 def test_nested_model_round_trip_and_forward(nnx_registry):
@@ -101,16 +104,55 @@ def test_every_problem_at_once_with_locations_and_suggestions(nnx_registry, tmp_
         ({"modle": {}}, r"modle: unknown section 'modle'\. Did you mean 'model'\?"),
         ({"optimizer": {}}, r"<root>: missing the 'model' section"),
         ({"model": {"type": 3}}, r"model\.type: 'type' must be a layer name, got int 3"),
-        ({"model": {"type": "Linear", "in_features": 2}}, r"model\.out_features: missing required key 'out_features' for Linear"),
-        ({"model": {"type": "Sequential", "layers": {"type": "relu"}}}, r"model\.layers: Input should be a valid list"),
-        ({"model": {"type": "Linear", "in_features": 1, "out_features": 1, "bias_init": 3}}, r"bias_init: expected an initializer name"),
-        ({"model": {"type": "acme.GatedDense", "in_features": 1, "out_features": 1, "gate_activation": "Linear"}},
-         r"gate_activation: 'Linear' is a layer, not an activation function"),
-        ({"model": {"type": "acme.GatedDense", "in_features": 1, "out_features": 1, "gate_activation": "rleu"}},
-         r"gate_activation: Unknown layer 'rleu'\. Did you mean 'relu' or 'relu6'\?$"),
-        ({"model": {"type": "acme.GatedDense", "in_features": 1, "out_features": 1, "gate_activation": 3}},
-         r"gate_activation: expected an activation name such as 'relu', got 3"),
-        ({"model": {"type": "relu"}, "plugins": {"prefer": 3}}, r"plugins\.prefer: Input should be a valid dictionary"),
+        (
+            {"model": {"type": "Linear", "in_features": 2}},
+            r"model\.out_features: missing required key 'out_features' for Linear",
+        ),
+        (
+            {"model": {"type": "Sequential", "layers": {"type": "relu"}}},
+            r"model\.layers: Input should be a valid list",
+        ),
+        (
+            {"model": {"type": "Linear", "in_features": 1, "out_features": 1, "bias_init": 3}},
+            r"bias_init: expected an initializer name",
+        ),
+        (
+            {
+                "model": {
+                    "type": "acme.GatedDense",
+                    "in_features": 1,
+                    "out_features": 1,
+                    "gate_activation": "Linear",
+                }
+            },
+            r"gate_activation: 'Linear' is a layer, not an activation function",
+        ),
+        (
+            {
+                "model": {
+                    "type": "acme.GatedDense",
+                    "in_features": 1,
+                    "out_features": 1,
+                    "gate_activation": "rleu",
+                }
+            },
+            r"gate_activation: Unknown layer 'rleu'\. Did you mean 'relu' or 'relu6'\?$",
+        ),
+        (
+            {
+                "model": {
+                    "type": "acme.GatedDense",
+                    "in_features": 1,
+                    "out_features": 1,
+                    "gate_activation": 3,
+                }
+            },
+            r"gate_activation: expected an activation name such as 'relu', got 3",
+        ),
+        (
+            {"model": {"type": "relu"}, "plugins": {"prefer": 3}},
+            r"plugins\.prefer: Input should be a valid dictionary",
+        ),
         ({"model": {"type": "Residual", "block": None}}, r"model\.block: expected a layer config"),
     ],
 )
@@ -121,7 +163,10 @@ def test_single_problems(nnx_registry, config, message):
 
 def test_top_level_must_be_a_mapping(tmp_path):
     (tmp_path / "list.yaml").write_text("- 1\n")
-    with pytest.raises(ConfigError, match=r"list.yaml:1:1: <root>: expected a mapping with a 'model' section, got list"):
+    with pytest.raises(
+        ConfigError,
+        match=r"list.yaml:1:1: <root>: expected a mapping with a 'model' section, got list",
+    ):
         load_config(tmp_path / "list.yaml")
 
 
@@ -131,11 +176,20 @@ def test_load_config_rejects_other_types():
 
 
 def test_layer_raising_while_built_is_reported_with_its_path(nnx_registry):
-    config = {"model": {"type": "Sequential", "layers": [
-        {"type": "Linear", "in_features": 2, "out_features": 2},
-        {"type": "Parallel", "branches": {}}]}}
-    with pytest.raises(ConfigError, match=r"<dict>: model\.layers\[1\]: building Parallel raised "
-                       r"ValueError: Parallel needs at least one branch") as info:
+    config = {
+        "model": {
+            "type": "Sequential",
+            "layers": [
+                {"type": "Linear", "in_features": 2, "out_features": 2},
+                {"type": "Parallel", "branches": {}},
+            ],
+        }
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"<dict>: model\.layers\[1\]: building Parallel raised "
+        r"ValueError: Parallel needs at least one branch",
+    ) as info:
         build(config)
     assert isinstance(info.value.__cause__, ValueError)
 
@@ -146,8 +200,17 @@ def test_nothing_is_built_from_an_invalid_config(nnx_registry, monkeypatch):
 
     monkeypatch.setattr(Linear, "__init__", lambda self, *a, **k: built.append(a))
     with pytest.raises(ConfigError):
-        build({"model": {"type": "Sequential", "layers": [
-            {"type": "Linear", "in_features": 2, "out_features": 2}, {"type": "Nope"}]}})
+        build(
+            {
+                "model": {
+                    "type": "Sequential",
+                    "layers": [
+                        {"type": "Linear", "in_features": 2, "out_features": 2},
+                        {"type": "Nope"},
+                    ],
+                }
+            }
+        )
     assert built == []
 
 
@@ -160,18 +223,26 @@ def test_only_named_plugins_are_imported(with_fakes):
 
 def test_config_naming_a_failed_plugin_says_why(with_fakes):
     with with_fakes(BROKEN), pytest.warns(Warning, match="boom at import"):
-        with pytest.raises(ConfigError, match=r"model\.type: broken-layers 0\.3 failed to load layer "
-                           r"'broken.Dense' from boom:Dense: RuntimeError: boom at import"):
+        with pytest.raises(
+            ConfigError,
+            match=r"model\.type: broken-layers 0\.3 failed to load layer "
+            r"'broken.Dense' from boom:Dense: RuntimeError: boom at import",
+        ):
             load_config({"model": {"type": "broken.Dense"}})
 
 
 def test_collisions_in_configs_and_the_prefer_key(with_fakes):
     node = {"type": "acme.GatedDense", "in_features": 2}
     with with_fakes(COLLIDING):
-        with pytest.raises(ConfigError, match=r"model\.type: Layer 'acme.GatedDense' is provided by 2 "
-                           r"distributions: acme-layers 0\.1\.0 .* and other-layers 2\.0"):
+        with pytest.raises(
+            ConfigError,
+            match=r"model\.type: Layer 'acme.GatedDense' is provided by 2 "
+            r"distributions: acme-layers 0\.1\.0 .* and other-layers 2\.0",
+        ):
             load_config({"model": node})
-        config = load_config({"model": node, "plugins": {"prefer": {"acme.GatedDense": "other-layers"}}})
+        config = load_config(
+            {"model": node, "plugins": {"prefer": {"acme.GatedDense": "other-layers"}}}
+        )
         assert config.prefer == {"acme.GatedDense": "other-layers"}
         assert config.to_dict()["plugins"] == {"prefer": {"acme.GatedDense": "other-layers"}}
         assert isinstance(build(config), OtherGatedDense)
@@ -182,7 +253,9 @@ def test_to_config_needs_constructor_attributes(nnx_registry):
 
     layer = Linear(2, 3, rngs=Rngs(0))
     del layer.use_bias
-    with pytest.raises(ValueError, match=r"to_config cannot read Linear.use_bias at model: store each"):
+    with pytest.raises(
+        ValueError, match=r"to_config cannot read Linear.use_bias at model: store each"
+    ):
         to_config(layer)
 
 
@@ -199,18 +272,37 @@ def test_to_config_rejects_changed_opaque_fields(with_fakes, fake_modules):
     from .test_config_fields import Everything
 
     module = Everything.__new__(Everything)
-    spec_fields = dict(size=1, block=None, head=None, towers=[], named=None, act=print,
-                       weight_init=None, compute_dtype=None, fn=len, untyped=())
+    spec_fields = dict(
+        size=1,
+        block=None,
+        head=None,
+        towers=[],
+        named=None,
+        act=print,
+        weight_init=None,
+        compute_dtype=None,
+        fn=len,
+        untyped=(),
+    )
     for key, value in spec_fields.items():
         setattr(module, key, value)
     from nnx_plugins import default_registry
     from nnx_plugins._registry import Provider
 
     with with_fakes() as registry:
-        registry._providers["layer"]["test.Everything"] = {"t": Provider(
-            "layer", "test.Everything", default_registry().distributions()[0].plugin, "x:y",
-            obj=Everything, loaded=True)}
-        with pytest.raises(ValueError, match=r"to_config cannot express Everything\.fn = <built-in function len>"):
+        registry._providers["layer"]["test.Everything"] = {
+            "t": Provider(
+                "layer",
+                "test.Everything",
+                default_registry().distributions()[0].plugin,
+                "x:y",
+                obj=Everything,
+                loaded=True,
+            )
+        }
+        with pytest.raises(
+            ValueError, match=r"to_config cannot express Everything\.fn = <built-in function len>"
+        ):
             to_config(module)
 
 

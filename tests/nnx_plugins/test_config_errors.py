@@ -1,6 +1,7 @@
 """ConfigError formatting, paths and suggestions."""
 
 import pytest
+
 from nnx_plugins import ConfigError, Problem
 from nnx_plugins._config_errors import format_path, suggest
 
@@ -23,8 +24,12 @@ def test_empty_error_is_refused():
 
 @pytest.mark.parametrize(
     ("path", "text"),
-    [((), "<root>"), (("model", "layers", 0), "model.layers[0]"), ((3,), "[3]"),
-     (("model", "branches", "x-y", "type"), "model.branches['x-y'].type")],
+    [
+        ((), "<root>"),
+        (("model", "layers", 0), "model.layers[0]"),
+        ((3,), "[3]"),
+        (("model", "branches", "x-y", "type"), "model.branches['x-y'].type"),
+    ],
 )
 def test_format_path(path, text):
     assert format_path(path) == text

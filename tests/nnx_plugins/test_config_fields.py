@@ -5,6 +5,7 @@ from typing import Any
 
 import pydantic
 import pytest
+
 from nnx_core import Module, Rngs
 from nnx_layers import Linear, Sequential, initializers, relu
 from nnx_plugins import layer_spec
@@ -34,9 +35,16 @@ def test_field_kinds():
     spec = layer_spec("test.Everything", Everything)
     kinds = {f.name: f.kind for f in spec.fields}
     assert kinds == {
-        "size": "plain", "block": "layer", "head": "layer", "towers": "layers", "named": "layer_map",
-        "act": "activation", "weight_init": "initializer", "compute_dtype": "dtype",
-        "fn": "opaque", "untyped": "plain",
+        "size": "plain",
+        "block": "layer",
+        "head": "layer",
+        "towers": "layers",
+        "named": "layer_map",
+        "act": "activation",
+        "weight_init": "initializer",
+        "compute_dtype": "dtype",
+        "fn": "opaque",
+        "untyped": "plain",
     }
     assert spec.required == ("size", "block") and spec.takes_rngs
     assert spec.field("head").optional and not spec.field("block").optional
@@ -80,5 +88,7 @@ def test_custom_config_model_must_be_pydantic():
         def __init__(self):
             pass
 
-    with pytest.raises(TypeError, match=r"Wrong.config_model must be a pydantic BaseModel subclass"):
+    with pytest.raises(
+        TypeError, match=r"Wrong.config_model must be a pydantic BaseModel subclass"
+    ):
         layer_spec("test.Wrong", Wrong)

@@ -3,6 +3,7 @@
 import json
 
 import pydantic
+
 from nnx_plugins import config_schema, register_section
 from nnx_plugins._config_sections import _SECTIONS
 
@@ -18,7 +19,9 @@ def test_schema_covers_every_layer(nnx_registry):
         assert set(args) <= set(defs[name]["properties"]), name
         assert defs[name]["properties"]["type"]["const"] == name
     assert defs["Sequential"]["properties"]["layers"]["items"] == {"$ref": "#/$defs/Layer"}
-    assert defs["Parallel"]["properties"]["branches"]["additionalProperties"] == {"$ref": "#/$defs/Layer"}
+    assert defs["Parallel"]["properties"]["branches"]["additionalProperties"] == {
+        "$ref": "#/$defs/Layer"
+    }
     assert "x-nnx-layer" not in json.dumps(schema)
 
 
@@ -28,6 +31,9 @@ def test_schema_includes_registered_sections(nnx_registry):
 
     register_section("train_schema_test", Train)
     try:
-        assert config_schema()["properties"]["train_schema_test"]["properties"]["steps"]["type"] == "integer"
+        assert (
+            config_schema()["properties"]["train_schema_test"]["properties"]["steps"]["type"]
+            == "integer"
+        )
     finally:
         _SECTIONS.pop("train_schema_test")

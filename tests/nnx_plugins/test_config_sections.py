@@ -2,6 +2,7 @@
 
 import pydantic
 import pytest
+
 from nnx_plugins import ConfigError, load_config, register_section
 from nnx_plugins._config_sections import _SECTIONS
 
@@ -29,18 +30,30 @@ def test_section_problems_join_model_problems(optimizer_section):
     with pytest.raises(ConfigError, match=r"2 problems") as info:
         load_config({"model": {"type": "rleu"}, "optimizer_test": {"learning_rat": 0.1}})
     messages = [str(p) for p in info.value.problems]
-    assert any("optimizer_test.learning_rat: unknown key 'learning_rat'. Did you mean 'learning_rate'?" in m
-               for m in messages)
-    with pytest.raises(ConfigError, match=r"optimizer_test\.learning_rate: Input should be a valid number"):
+    assert any(
+        "optimizer_test.learning_rat: unknown key 'learning_rat'. Did you mean 'learning_rate'?"
+        in m
+        for m in messages
+    )
+    with pytest.raises(
+        ConfigError, match=r"optimizer_test\.learning_rate: Input should be a valid number"
+    ):
         load_config({"model": {"type": "relu"}, "optimizer_test": {"learning_rate": "fast"}})
-    with pytest.raises(ConfigError, match=r"unknown section 'optimizer_tset'\. Did you mean 'optimizer_test'\?"):
+    with pytest.raises(
+        ConfigError, match=r"unknown section 'optimizer_tset'\. Did you mean 'optimizer_test'\?"
+    ):
         load_config({"model": {"type": "relu"}, "optimizer_tset": {}})
 
 
 @pytest.mark.parametrize(
     ("name", "model", "error", "message"),
     [
-        ("x", dict, TypeError, r"register_section\('x', \.\.\.\) expects a pydantic BaseModel subclass"),
+        (
+            "x",
+            dict,
+            TypeError,
+            r"register_section\('x', \.\.\.\) expects a pydantic BaseModel subclass",
+        ),
         ("model", Optimizer, ValueError, r"The config section 'model' is reserved"),
         ("optimizer_test", pydantic.BaseModel, ValueError, r"already registered to Optimizer"),
     ],

@@ -1,6 +1,7 @@
 """Reading YAML/JSON/mappings with positions."""
 
 import pytest
+
 from nnx_plugins import ConfigError
 from nnx_plugins._config_source import read_source, source_from
 
@@ -23,7 +24,9 @@ def test_yaml_positions_of_values_and_keys():
 
 
 def test_json_borrows_positions():
-    src = read_source('{"model": {"type": "Linear",\n "in_features": 2}}', name="m.json", syntax="json")
+    src = read_source(
+        '{"model": {"type": "Linear",\n "in_features": 2}}', name="m.json", syntax="json"
+    )
     assert src.data == {"model": {"type": "Linear", "in_features": 2}}
     assert src.value_position(("model", "in_features")) == (2, 17)
 
@@ -33,8 +36,16 @@ def test_json_borrows_positions():
     [
         ("model: [1, 2\n", "yaml", r"m:2:1: <root>: invalid YAML: .*expected ',' or ']'"),
         ("a: 1\na: 2\n", "yaml", r"m:2:1: a: duplicate key 'a'"),
-        ("x: !!python/object:os.system {}\n", "yaml", r"m:1:4: x: unsupported YAML tag 'tag:yaml.org,2002:python/object:os.system'"),
-        ("x: !!python/name:os.system ''\n", "yaml", r"m:1:4: <root>: invalid YAML: .*could not determine a constructor"),
+        (
+            "x: !!python/object:os.system {}\n",
+            "yaml",
+            r"m:1:4: x: unsupported YAML tag 'tag:yaml.org,2002:python/object:os.system'",
+        ),
+        (
+            "x: !!python/name:os.system ''\n",
+            "yaml",
+            r"m:1:4: <root>: invalid YAML: .*could not determine a constructor",
+        ),
         ('{"model": }', "json", r"m:1:11: <root>: invalid JSON: Expecting value"),
     ],
 )

@@ -3,19 +3,24 @@
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from nnx_layers import initializers
-from nnx_plugins._config_types import normalize_dtype, normalize_initializer, to_json, tuplify
 from pydantic_core import PydanticCustomError
 
+from nnx_layers import initializers
+from nnx_plugins._config_types import normalize_dtype, normalize_initializer, to_json, tuplify
 
-@pytest.mark.parametrize(("value", "name"), [(jnp.float32, "float32"), (np.dtype("int8"), "int8"),
-                                            ("bfloat16", "bfloat16"), (None, None)])
+
+@pytest.mark.parametrize(
+    ("value", "name"),
+    [(jnp.float32, "float32"), (np.dtype("int8"), "int8"), ("bfloat16", "bfloat16"), (None, None)],
+)
 def test_dtypes_by_name(value, name):
     assert normalize_dtype(value) == name
 
 
 def test_unknown_dtype_suggests():
-    with pytest.raises(PydanticCustomError, match=r"unknown dtype 'flaot32'\. Did you mean 'float32'"):
+    with pytest.raises(
+        PydanticCustomError, match=r"unknown dtype 'flaot32'\. Did you mean 'float32'"
+    ):
         normalize_dtype("flaot32")
 
 
@@ -25,9 +30,18 @@ def test_unknown_dtype_suggests():
         ("zeros", {"type": "zeros"}),
         ({"type": "normal", "stddev": 0.5}, {"type": "normal", "stddev": 0.5}),
         (initializers.constant(2.0), {"type": "constant", "value": 2.0}),
-        ({"type": "variance_scaling", "batch_axis": [0]},
-         {"type": "variance_scaling", "scale": 1.0, "mode": "fan_in", "distribution": "truncated_normal",
-          "in_axis": -2, "out_axis": -1, "batch_axis": [0]}),
+        (
+            {"type": "variance_scaling", "batch_axis": [0]},
+            {
+                "type": "variance_scaling",
+                "scale": 1.0,
+                "mode": "fan_in",
+                "distribution": "truncated_normal",
+                "in_axis": -2,
+                "out_axis": -1,
+                "batch_axis": [0],
+            },
+        ),
     ],
 )
 def test_initializers_normalize(value, normal):

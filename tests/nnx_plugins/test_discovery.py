@@ -1,14 +1,21 @@
 """Metadata discovery and the NNX_* switches."""
 
 import pytest
+
 from nnx_plugins import PluginInfo, PluginSettingsError, Settings
 from nnx_plugins._discovery import check_name, discover, parse_prefer
 from nnx_plugins.testing import fake_distribution
 
 
 def test_settings_from_env():
-    s = Settings.from_env({"NNX_DISABLE_PLUGIN_AUTOLOAD": "1", "NNX_STRICT_PLUGINS": "yes",
-                           "NNX_PLUGINS": "Acme_Layers, other", "NNX_PREFER": "a.X=Acme_Layers"})
+    s = Settings.from_env(
+        {
+            "NNX_DISABLE_PLUGIN_AUTOLOAD": "1",
+            "NNX_STRICT_PLUGINS": "yes",
+            "NNX_PLUGINS": "Acme_Layers, other",
+            "NNX_PREFER": "a.X=Acme_Layers",
+        }
+    )
     assert (s.autoload, s.strict) == (False, True)
     assert s.allowlist == frozenset({"acme-layers", "other"})
     assert s.prefer == {"a.X": "acme-layers"}
@@ -57,8 +64,9 @@ def test_name_rules(name, distribution, ok):
 
 
 def test_discover_reads_groups_dedupes_and_sorts():
-    first = fake_distribution("Zed", entry_points={"nnx.layers": {"zed.A": "m:A"},
-                                                  "console_scripts": {"zed": "m:main"}})
+    first = fake_distribution(
+        "Zed", entry_points={"nnx.layers": {"zed.A": "m:A"}, "console_scripts": {"zed": "m:main"}}
+    )
     shadowed = fake_distribution("zed", "9", entry_points={"nnx.layers": {"zed.B": "m:B"}})
     plain = fake_distribution("plain", entry_points={"console_scripts": {"p": "m:main"}})
     alpha = fake_distribution("alpha", entry_points={"nnx.plugins": {"alpha": "alpha.plugin"}})

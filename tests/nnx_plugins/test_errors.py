@@ -1,6 +1,7 @@
 """Every plugin error carries its distribution."""
 
 import pytest
+
 from nnx_plugins import (
     NameCollisionError,
     PluginError,

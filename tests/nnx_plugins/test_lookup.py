@@ -1,6 +1,7 @@
 """Lookups on the default registry."""
 
 import pytest
+
 from nnx_core import variable_type
 from nnx_plugins import UnknownNameError, get_layer, get_variable_type, load_variable_types
 

@@ -3,6 +3,7 @@
 import sys
 
 import pytest
+
 from nnx_core import Module, Variable, variable_type
 from nnx_plugins import (
     NameCollisionError,
@@ -20,7 +21,9 @@ from .conftest import BROKEN, COLLIDING, OtherGatedDense, installed
 
 
 def registry_of(*fakes, **settings):
-    return Registry(settings=Settings(**settings), distributions=[*installed("nnx", "acme-layers"), *fakes])
+    return Registry(
+        settings=Settings(**settings), distributions=[*installed("nnx", "acme-layers"), *fakes]
+    )
 
 
 def test_builtin_and_pack_names_are_listed_without_import():
@@ -48,21 +51,29 @@ def test_hook_plugin_names_load_by_namespace():
 
 
 def test_unknown_name_suggests_close_names():
-    with pytest.raises(UnknownNameError, match=r"Unknown layer 'Lienar'\. Did you mean 'Linear'\?") as info:
+    with pytest.raises(
+        UnknownNameError, match=r"Unknown layer 'Lienar'\. Did you mean 'Linear'\?"
+    ) as info:
         registry_of().get("layer", "Lienar")
     assert info.value.suggestions == ("Linear",)
 
 
 def test_unknown_namespace_lists_installed_packs():
-    with pytest.raises(UnknownNameError, match=r"No installed distribution provides zzz\.\* names; "
-                       r"installed packs: acme-layers 0\.1\.0"):
+    with pytest.raises(
+        UnknownNameError,
+        match=r"No installed distribution provides zzz\.\* names; "
+        r"installed packs: acme-layers 0\.1\.0",
+    ):
         registry_of().get("layer", "zzz.Thing")
 
 
 def test_unknown_name_of_a_disabled_pack_says_why():
     registry = registry_of(autoload=False)
-    with pytest.raises(UnknownNameError, match=r"acme-layers 0\.1\.0 provides the 'acme' namespace "
-                       r"but is disabled by NNX_DISABLE_PLUGIN_AUTOLOAD"):
+    with pytest.raises(
+        UnknownNameError,
+        match=r"acme-layers 0\.1\.0 provides the 'acme' namespace "
+        r"but is disabled by NNX_DISABLE_PLUGIN_AUTOLOAD",
+    ):
         registry.get("layer", "acme.GatedDense")
     assert registry.get("layer", "Linear").__name__ == "Linear"
 
@@ -77,8 +88,11 @@ def test_allowlist_keeps_builtins_and_listed_packs():
 
 def test_collision_names_both_distributions(fake_modules):
     registry = registry_of(COLLIDING)
-    with pytest.raises(NameCollisionError, match=r"'acme.GatedDense' is provided by 2 distributions: "
-                       r"acme-layers 0\.1\.0 .* and other-layers 2\.0") as info:
+    with pytest.raises(
+        NameCollisionError,
+        match=r"'acme.GatedDense' is provided by 2 distributions: "
+        r"acme-layers 0\.1\.0 .* and other-layers 2\.0",
+    ) as info:
         registry.get("layer", "acme.GatedDense")
     assert [p.distribution for p in info.value.providers] == ["acme-layers", "other-layers"]
     assert info.value.plugin.distribution == "acme-layers"
@@ -87,8 +101,12 @@ def test_collision_names_both_distributions(fake_modules):
 def test_collision_resolved_by_preference(fake_modules):
     registry = registry_of(COLLIDING, prefer={"acme.GatedDense": "other-layers"})
     assert registry.get("layer", "acme.GatedDense") is OtherGatedDense
-    assert registry_of(COLLIDING).get("layer", "acme.GatedDense",
-                                      prefer={"acme.GatedDense": "acme_layers"}).__name__ == "GatedDense"
+    assert (
+        registry_of(COLLIDING)
+        .get("layer", "acme.GatedDense", prefer={"acme.GatedDense": "acme_layers"})
+        .__name__
+        == "GatedDense"
+    )
 
 
 def test_preference_naming_no_provider_is_reported(fake_modules):
@@ -98,8 +116,11 @@ def test_preference_naming_no_provider_is_reported(fake_modules):
 
 def test_broken_pack_warns_once_and_the_rest_works(fake_modules):
     registry = registry_of(BROKEN)
-    with pytest.warns(PluginWarning, match=r"broken-layers 0\.3 failed to load layer 'broken.Dense' "
-                      r"from boom:Dense: RuntimeError: boom at import") as record:
+    with pytest.warns(
+        PluginWarning,
+        match=r"broken-layers 0\.3 failed to load layer 'broken.Dense' "
+        r"from boom:Dense: RuntimeError: boom at import",
+    ) as record:
         with pytest.raises(PluginLoadError, match="boom at import") as info:
             registry.get("layer", "broken.Dense")
         with pytest.raises(PluginLoadError, match="boom at import"):
@@ -135,17 +156,28 @@ def test_wrong_objects_are_load_failures(fake_modules, kind, target, message):
 
 
 def test_variable_kind_name_clash_with_core_is_a_load_failure(fake_modules):
-    pack = fake_distribution("odd", entry_points={"nnx.variables": {"odd.Param": "fakepack:FakeParam",
-                                                                    "odd.Again": "fakepack:FakeParam"}})
+    pack = fake_distribution(
+        "odd",
+        entry_points={
+            "nnx.variables": {"odd.Param": "fakepack:FakeParam", "odd.Again": "fakepack:FakeParam"}
+        },
+    )
     registry = registry_of(pack)
     registry.get("variable", "odd.Param")
-    with pytest.warns(PluginWarning), pytest.raises(PluginLoadError, match="could not register Variable kind 'odd.Again'"):
+    with (
+        pytest.warns(PluginWarning),
+        pytest.raises(PluginLoadError, match="could not register Variable kind 'odd.Again'"),
+    ):
         registry.get("variable", "odd.Again")
 
 
 def test_unqualified_third_party_names_are_rejected():
-    pack = fake_distribution("odd", entry_points={"nnx.layers": {"Dense": "fakepack:X", "bad name": "m:x"}})
-    with pytest.warns(PluginWarning, match=r"odd 0\.1\.0 provides layer 'Dense' without a namespace"):
+    pack = fake_distribution(
+        "odd", entry_points={"nnx.layers": {"Dense": "fakepack:X", "bad name": "m:x"}}
+    )
+    with pytest.warns(
+        PluginWarning, match=r"odd 0\.1\.0 provides layer 'Dense' without a namespace"
+    ):
         registry = registry_of(pack)
     assert "Dense" not in registry.names("layer")
     assert all(isinstance(f, PluginNameError) for f in registry.failures())
@@ -167,7 +199,10 @@ def test_hooks_register_layers_and_variable_kinds(fake_modules):
     [
         ("badhook", "provides layer 'Unqualified' without a namespace"),
         ("raisinghook", r"failed to run the hooks of plugin 'bad' \(raisinghook\): KeyError"),
-        ("typohook", r"failed to register hooks of plugin 'bad' .*unknown hook 'nnx_register_layer'"),
+        (
+            "typohook",
+            r"failed to register hooks of plugin 'bad' .*unknown hook 'nnx_register_layer'",
+        ),
         ("boom", r"failed to import plugin 'bad' \(boom\): RuntimeError: boom at import"),
     ],
 )
@@ -185,9 +220,14 @@ def test_failing_hook_plugins_warn_once(fake_modules, module, message):
 def test_name_of_finds_builtins_packs_and_rejects_strangers():
     registry = registry_of()
     from acme_layers.dense import GatedDense
+
     from nnx_layers import Linear, relu
 
-    assert [registry.name_of(o) for o in (Linear, relu, GatedDense)] == ["Linear", "relu", "acme.GatedDense"]
+    assert [registry.name_of(o) for o in (Linear, relu, GatedDense)] == [
+        "Linear",
+        "relu",
+        "acme.GatedDense",
+    ]
 
     class Stranger(Module):
         pass

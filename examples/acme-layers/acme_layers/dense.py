@@ -14,12 +14,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+
 from nnx_core import Module, Rngs
 from nnx_layers import Linear, initializers, sigmoid
 
 from .variables import LoRAParam
 
 __all__ = ["GatedDense"]
+
+_LECUN_NORMAL = initializers.lecun_normal()
 
 
 class GatedDense(Module):
@@ -42,7 +45,7 @@ class GatedDense(Module):
         *,
         use_bias: bool = True,
         gate_activation: Callable[..., Any] = sigmoid,
-        kernel_init: Callable[..., Any] = initializers.lecun_normal(),
+        kernel_init: Callable[..., Any] = _LECUN_NORMAL,
         lora_rank: int = 0,
         rngs: Rngs,
     ):

@@ -13,6 +13,7 @@ Example:
 from typing import Any
 
 import jax
+
 from nnx_plugins import hookimpl
 
 __all__ = ["swish", "nnx_register_layers"]

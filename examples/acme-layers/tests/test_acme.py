@@ -1,8 +1,9 @@
 """acme-layers conformance, through the real entry points and nnx_plugins.testing."""
 
 import jax.numpy as jnp
-import nnx_core
 import pytest
+
+import nnx_core
 from nnx_plugins import build, get_layer
 from nnx_plugins.testing import check_layer, check_variable_type
 
