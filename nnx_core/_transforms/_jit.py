@@ -110,6 +110,12 @@ class JitWrapped:
                 call_fun, graphdef, in_values, treedef, positions, others,
                 return_all=0 in donate,
             )
+            if compiled.info is not None and compiled.info != info:
+                raise ValueError(
+                    "jit: the function changed the structure of its Module arguments differently "
+                    "for inputs of different shapes or dtypes. Make structural changes (new "
+                    "attributes, sow) independent of input shapes, or jit the two cases separately."
+                )
             compiled.info = info
             return values, out_others
 

@@ -141,7 +141,13 @@ def collect(
             out_others.append(x)
     plan = Plan(roots + tuple(new_nodes))
     values = [v._value if isinstance(v, Variable) else v for v in plan.current_leaves()]
-    same = not new_nodes and plan.graphdef == in_graphdef
+    # Same structure *and* every object still where it was (a swap of two equal-typed
+    # submodules has an equal GraphDef but must move the caller's objects, not their values).
+    same = (
+        not new_nodes
+        and plan.graphdef == in_graphdef
+        and all(in_objs.get(i) is obj for i, obj in enumerate(plan.objs))
+    )
     if same:
         changed = tuple(
             i for i, (a, b) in enumerate(zip(values, in_values)) if return_all or a is not b

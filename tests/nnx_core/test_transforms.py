@@ -466,3 +466,51 @@ def test_control_flow_structure_changes_are_errors():
         nnx.cond(True, grow, lambda c: c, Counter())
     with pytest.raises(ValueError, match="fori_loop: the function changed the structure"):
         nnx.fori_loop(0, 2, lambda i, c: grow(c), Counter())
+
+
+def test_jit_swapping_submodules_moves_the_objects():
+    class Pair(nnx.Module):
+        def __init__(self):
+            self.a, self.b = Counter(), Counter()
+
+    p = Pair()
+    a, b = p.a, p.b
+    a.n.value = jnp.array(1)
+
+    @nnx.jit
+    def swap(p):
+        p.a, p.b = p.b, p.a
+
+    swap(p)
+    assert p.a is b and p.b is a and int(p.b.n.value) == 1 and int(p.a.n.value) == 0
+
+
+def test_jit_writes_back_raw_array_attributes():
+    class Raw(nnx.Module):
+        def __init__(self):
+            self.total = jnp.zeros(2)
+            self.history = [jnp.zeros(1)]
+
+    r = Raw()
+
+    @nnx.jit
+    def add(r, x):
+        r.total = r.total + x
+        r.history[0] = r.history[0] + 1
+
+    add(r, jnp.ones(2))
+    add(r, jnp.ones(2))
+    assert r.total.tolist() == [2.0, 2.0] and r.history[0].tolist() == [2.0]
+
+
+def test_jit_structure_change_that_depends_on_shapes_is_an_error():
+    @nnx.jit
+    def f(c, x):
+        if x.shape[0] > 2:
+            c.sow(nnx.Intermediate, "big", x)
+        return x
+
+    c = Counter()
+    f(c, jnp.ones(1))
+    with pytest.raises(ValueError, match="differently for inputs of different shapes"):
+        f(c, jnp.ones(3))
