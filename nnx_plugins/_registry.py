@@ -329,21 +329,20 @@ class Registry:
                     f"{record.disabled}."
                 )
         if namespace and not notes:
-            packs = sorted(
-                {
-                    str(p.plugin)
-                    for ps in self._providers[kind].values()
-                    for p in ps.values()
-                    if "." in p.name
-                }
-            )
-            notes.append(
-                f" No installed distribution provides {namespace}.* names"
-                + (f"; installed packs: {', '.join(packs)}." if packs else ".")
-            )
+            notes.append(self._namespace_note(kind, namespace))
         return UnknownNameError(
             f"Unknown {_NOUN[kind]} {name!r}.{hint}{''.join(notes)}", suggestions=close
         )
+
+    def _namespace_note(self, kind: str, namespace: str) -> str:
+        offers = [p for ps in self._providers[kind].values() for p in ps.values()]
+        owners = sorted({str(p.plugin) for p in offers if p.name.startswith(namespace + ".")})
+        if owners:
+            verb = "provides" if len(owners) == 1 else "provide"
+            return f" {' and '.join(owners)} {verb} {namespace}.* {_NOUN[kind]}s."
+        packs = sorted({str(p.plugin) for p in offers if "." in p.name})
+        installed = f"; installed packs: {', '.join(packs)}." if packs else "."
+        return f" No installed distribution provides {namespace}.* names{installed}"
 
     def _load(self, provider: Provider) -> Any:
         if provider.error is not None:
