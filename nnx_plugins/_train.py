@@ -1,0 +1,463 @@
+"""Training from a config: one jitted train step, periodic evaluation, checkpoints and logs.
+
+`train` builds the model from the config's ``model`` section, the optax optimizer from
+``optimizer``, reads ``data``, and runs ``train.steps`` (or ``train.epochs``) steps of
+softmax cross-entropy classification. The batch of step ``s`` is a pure function of
+``(train.seed, s)`` and every piece of state (parameters, BatchNorm statistics, Rng counts,
+optimizer moments) is checkpointed, so ``resume=True`` continues to exactly the parameters an
+uninterrupted run reaches. The run directory receives ``metrics.jsonl``, ``metrics.png`` and
+``checkpoints/step_N``.
+
+Example:
+    >>> import tempfile
+    >>> from nnx_plugins import train
+    >>> result = train({
+    ...     "model": {"type": "Linear", "in_features": 64, "out_features": 10},
+    ...     "optimizer": {"type": "adam", "learning_rate": 0.05},
+    ...     "data": {"type": "digits", "layout": "flat"},
+    ...     "train": {"steps": 30, "batch_size": 64}}, run_dir=tempfile.mkdtemp(), progress=False)
+    >>> result.step, result.test_accuracy > 0.8
+    (30, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ._checkpoint import latest_checkpoint, load, read_manifest, rotate, save, step_directory
+from ._data import Dataset, load_dataset
+from ._train_config import load_train_config
+
+__all__ = ["TrainResult", "train", "evaluate", "make_mesh", "parse_mesh"]
+
+_EVAL_CHUNK = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+    """What a training run produced.
+
+    Attributes:
+        step: the last step trained.
+        test_accuracy, test_loss: metrics on the test split after the last step.
+        run_dir: where ``metrics.jsonl``, ``metrics.png`` and ``checkpoints/`` are.
+        checkpoint: the last checkpoint written (``None`` if none).
+        seconds: wall time of the run, compilation included.
+        model, optimizer: the trained objects.
+    """
+
+    step: int
+    test_accuracy: float
+    test_loss: float
+    run_dir: pathlib.Path
+    checkpoint: pathlib.Path | None
+    seconds: float
+    model: Any = dataclasses.field(repr=False)
+    optimizer: Any = dataclasses.field(repr=False)
+
+
+# -- mesh --------------------------------------------------------------------------------------
+def parse_mesh(text: str) -> dict[str, int]:
+    """Parse ``data=N[,model=M]`` into ``{"data": N, "model": M}``.
+
+    Example:
+        >>> from nnx_plugins._train import parse_mesh
+        >>> parse_mesh("data=4,model=2")
+        {'data': 4, 'model': 2}
+
+    Raises:
+        ValueError: not of that form.
+    """
+    axes: dict[str, int] = {}
+    for part in text.split(","):
+        name, _, size = part.partition("=")
+        name = name.strip()
+        if name not in ("data", "model") or name in axes or not size.strip().isdigit() or int(size) < 1:
+            raise ValueError(f"--mesh expects data=N or data=N,model=M with positive sizes, got "
+                             f"{text!r}.")
+        axes[name] = int(size)
+    if "data" not in axes:
+        raise ValueError(f"--mesh needs a 'data' axis (e.g. data=8), got {text!r}.")
+    return axes
+
+
+def make_mesh(axes: Mapping[str, int]) -> Any:
+    """A `jax.sharding.Mesh` over the first ``prod(sizes)`` devices with axes ``data``, ``model``.
+
+    Raises:
+        ValueError: fewer devices than the mesh needs.
+    """
+    import jax
+    from jax.sharding import Mesh
+
+    sizes = {"data": axes.get("data", 1), "model": axes.get("model", 1)}
+    needed = sizes["data"] * sizes["model"]
+    devices = jax.devices()
+    if needed > len(devices):
+        raise ValueError(
+            f"--mesh data={sizes['data']},model={sizes['model']} needs {needed} devices but "
+            f"{len(devices)} {devices[0].platform.upper()} device(s) are visible. On CPU, simulate "
+            f"more with XLA_FLAGS=--xla_force_host_platform_device_count={needed}.")
+    grid = np.array(devices[:needed]).reshape(sizes["data"], sizes["model"])
+    return Mesh(grid, ("data", "model"))
+
+
+# -- the jitted steps --------------------------------------------------------------------------
+def _steps() -> tuple[Any, Any]:
+    import jax.numpy as jnp
+    import optax
+
+    import nnx_core as nnx
+
+    def loss_fn(model: Any, x: Any, y: Any) -> Any:
+        logits = model(x)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), logits
+
+    @nnx.jit
+    def train_step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
+        grad_fn = nnx.value_and_grad(loss_fn, has_aux=True, wrt=optimizer.wrt)
+        (loss, logits), grads = grad_fn(model, x, y)
+        optimizer.update(model, grads)
+        return loss, jnp.mean(jnp.argmax(logits, -1) == y)
+
+    @nnx.jit
+    def eval_step(model: Any, x: Any, y: Any) -> Any:
+        logits = model(x)
+        losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+        return losses.sum(), jnp.sum(jnp.argmax(logits, -1) == y)
+
+    return train_step, eval_step
+
+
+_STEPS: tuple[Any, Any] | None = None
+
+
+def _jitted() -> tuple[Any, Any]:
+    global _STEPS
+    if _STEPS is None:
+        _STEPS = _steps()
+    return _STEPS
+
+
+def _check_outputs(model: Any, data: Dataset, config: Any) -> None:
+    import jax
+
+    import nnx_core as nnx
+
+    from ._train_config import config_problem
+
+    x = data.x_train[:2]
+    try:
+        out = nnx.eval_shape(lambda m: m(x), model)
+    except Exception as error:  # noqa: BLE001 - reported with the input shape and the cause
+        raise config_problem(config, ("model",), f"the model cannot take a batch of the data "
+                             f"(input shape {x.shape}): {type(error).__name__}: {error}. For a "
+                             "convolution use data.layout: NHWC; for Linear first, flat.") from error
+    shape = getattr(out, "shape", None)
+    if not isinstance(out, jax.ShapeDtypeStruct) or len(shape) != 2 or shape[-1] < data.num_classes:
+        raise config_problem(config, ("model",), f"the model must return logits of shape (batch, "
+                             f"{data.num_classes}) for the {data.num_classes} classes of "
+                             f"{data.name}, got {shape}.")
+
+
+def _trainable(section: Any) -> tuple[type, ...]:
+    import nnx_core
+
+    from ._lookup import get_variable_type
+
+    kinds = []
+    for name in section.trainable:
+        try:
+            kinds.append(nnx_core.variable_type(name))
+        except KeyError:
+            kinds.append(get_variable_type(name))
+    return tuple(kinds)
+
+
+def evaluate_model(model: Any, data: Dataset) -> dict[str, float]:
+    """Test loss and accuracy of ``model`` (in eval mode) on ``data``'s test split."""
+    _, eval_step = _jitted()
+    model.eval()
+    total_loss, correct = 0.0, 0
+    for start in range(0, len(data.x_test), _EVAL_CHUNK):
+        x = data.x_test[start:start + _EVAL_CHUNK]
+        y = data.y_test[start:start + _EVAL_CHUNK]
+        loss, hits = eval_step(model, x, y)
+        total_loss += float(loss)
+        correct += int(hits)
+    count = max(len(data.x_test), 1)
+    return {"loss": total_loss / count, "accuracy": correct / count}
+
+
+# -- the run ---------------------------------------------------------------------------------
+class _Log:
+    """``metrics.jsonl`` in the run directory; on resume, lines after the start step are dropped."""
+
+    def __init__(self, path: pathlib.Path, start: int):
+        self.path = path
+        self.records: list[dict[str, Any]] = []
+        if start > 0 and path.exists():
+            with open(path, encoding="utf-8") as handle:
+                lines = [json.loads(line) for line in handle if line.strip()]
+            self.records = [r for r in lines if r.get("step", 0) <= start]
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(r) + "\n" for r in self.records)
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+
+def plot_metrics(records: list[dict[str, Any]], path: str | os.PathLike[str]) -> None:
+    """Write a PNG with the train/test loss and the test accuracy against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train_rows = [r for r in records if r["split"] == "train"]
+    test_rows = [r for r in records if r["split"] == "test"]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.plot([r["step"] for r in train_rows], [r["loss"] for r in train_rows], label="train")
+    left.plot([r["step"] for r in test_rows], [r["loss"] for r in test_rows], "o-", label="test")
+    left.set(xlabel="step", ylabel="loss", yscale="log", title="loss")
+    left.legend()
+    right.plot([r["step"] for r in test_rows], [r["accuracy"] for r in test_rows], "o-")
+    right.set(xlabel="step", ylabel="accuracy", title="test accuracy", ylim=(0, 1))
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+
+
+class _Progress:
+    """A rich progress bar with loss and throughput, or nothing."""
+
+    def __init__(self, enabled: bool, total: int, start: int, console: Any):
+        from rich.console import Console
+
+        self.console = console or Console(highlight=False)
+        self.bar = None
+        if enabled:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeElapsedColumn, TimeRemainingColumn)
+
+            self.bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("loss {task.fields[loss]}"),
+                                TextColumn("{task.fields[rate]} ex/s"), TimeElapsedColumn(),
+                                TimeRemainingColumn(), console=self.console)
+            self.task = self.bar.add_task("train", total=total, completed=start, loss="-", rate="-")
+
+    def __enter__(self) -> _Progress:
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def update(self, step: int, loss: float, rate: float) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, completed=step, loss=f"{loss:.4f}", rate=f"{rate:,.0f}")
+
+    def print(self, text: str) -> None:
+        self.console.print(text)
+
+
+@dataclasses.dataclass
+class _Plan:
+    config: Any
+    data: Dataset
+    total: int
+    eval_every: int
+    ckpt_every: int | None
+    ckpt_dir: pathlib.Path
+    run_dir: pathlib.Path
+
+
+def _plan(config: Any, run_dir: str | os.PathLike[str] | None) -> _Plan:
+    sections = config.sections
+    data = load_dataset(sections["data"])
+    per_epoch = data.steps_per_epoch(sections["train"].batch_size)
+    train_section = sections["train"]
+    total = train_section.steps or per_epoch * (train_section.epochs or 10)
+    if run_dir is None:
+        stem = pathlib.Path(config.source).stem if config.source != "<dict>" else "run"
+        run_dir = pathlib.Path("runs") / stem
+    run_dir = pathlib.Path(run_dir)
+    ckpt_dir = run_dir / sections["checkpoint"].dir
+    return _Plan(config, data, total, train_section.eval_interval or per_epoch,
+                 sections["checkpoint"].interval, ckpt_dir, run_dir)
+
+
+def _setup(plan: _Plan, mesh: Any) -> tuple[Any, Any]:
+    import nnx_core as nnx
+
+    from ._config import build
+
+    sections = plan.config.sections
+    model = build(plan.config, rngs=nnx.Rngs(sections["train"].seed))
+    _check_outputs(model, plan.data, plan.config)
+    if mesh is not None:
+        nnx.shard(model, mesh)
+    optimizer = nnx.Optimizer(model, sections["optimizer"].make(), wrt=_trainable(sections["optimizer"]))
+    if mesh is not None:
+        _replicate_unplaced(optimizer, mesh)
+    return model, optimizer
+
+
+def _replicate_unplaced(node: Any, mesh: Any) -> None:
+    """Put every array of ``node`` not yet on ``mesh`` on it, replicated."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    import nnx_core as nnx
+
+    replicated = NamedSharding(mesh, PartitionSpec())
+    for _, variable in nnx.state(node).flat_state():
+        sharding = getattr(variable.value, "sharding", None)
+        if not (isinstance(sharding, NamedSharding) and sharding.mesh == mesh):
+            variable.value = jax.device_put(variable.value, replicated)
+
+
+def _batch_placer(mesh: Any, batch_size: int) -> Any:
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    if mesh is None:
+        return lambda x, y: (x, y)
+    data_size = mesh.shape["data"]
+    if batch_size % data_size:
+        raise ValueError(f"train.batch_size {batch_size} must be divisible by the mesh's data "
+                         f"axis ({data_size}) to shard each batch evenly.")
+    sharding = NamedSharding(mesh, PartitionSpec("data"))
+    return lambda x, y: (jax.device_put(x, sharding), jax.device_put(y, sharding))
+
+
+def _resume(plan: _Plan, model: Any, optimizer: Any, progress: _Progress) -> int:
+    latest = latest_checkpoint(plan.ckpt_dir)
+    if latest is None:
+        progress.print(f"no checkpoint in {plan.ckpt_dir}: starting from step 0")
+        return 0
+    load(latest, into=model, optimizer=optimizer)
+    step = int(read_manifest(latest)["step"] or 0)
+    progress.print(f"resumed from {latest} (step {step})")
+    return step
+
+
+def train(config: Any, *, run_dir: str | os.PathLike[str] | None = None, resume: bool = False,
+          mesh: Any = None, progress: bool = True, console: Any = None,
+          stop_at: int | None = None) -> TrainResult:
+    """Train the model a config describes; see the module docstring.
+
+    Args:
+        config: a config file path, mapping or `Config` with a ``model`` section and optional
+            ``optimizer``, ``data``, ``train`` and ``checkpoint`` sections.
+        run_dir: where logs, the plot and checkpoints go (default ``runs/<config name>``).
+        resume: continue from the newest checkpoint in the run's checkpoint directory.
+        mesh: a `jax.sharding.Mesh` with a ``data`` axis (and optionally ``model``), or a
+            mapping such as ``{"data": 8}``; the batch is sharded over ``data`` and each Variable
+            by its ``sharding_names`` where they name a mesh axis.
+        progress: show a progress bar.
+        console: a `rich.console.Console` for the output (default: stdout).
+        stop_at: stop after this step (as a preempted job would), checkpointing it.
+
+    Returns:
+        A `TrainResult`.
+
+    Raises:
+        ConfigError: the config is invalid, or the model does not fit the data.
+        DataError: a data file cannot be read.
+        CheckpointError: ``resume`` found a checkpoint that does not fit.
+    """
+    started = time.perf_counter()
+    config = load_train_config(config)
+    plan = _plan(config, run_dir)
+    if isinstance(mesh, Mapping):
+        mesh = make_mesh(mesh)
+    train_section = config.sections["train"]
+    place = _batch_placer(mesh, train_section.batch_size)
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    model, optimizer = _setup(plan, mesh)
+    end = plan.total if stop_at is None else min(stop_at, plan.total)
+    with _Progress(progress, plan.total, 0, console) as bar:
+        start = _resume(plan, model, optimizer, bar) if resume else 0
+        log = _Log(plan.run_dir / "metrics.jsonl", start)
+        bar.update(start, float("nan"), 0.0)
+        checkpoint = _loop(plan, (model, optimizer), (start, end), place, log, bar)
+        metrics = evaluate_model(model, plan.data)
+    if not log.records or log.records[-1].get("split") != "test" or log.records[-1]["step"] != end:
+        log.write({"step": end, "split": "test", **metrics})
+    plot_metrics(log.records, plan.run_dir / "metrics.png")
+    return TrainResult(end, metrics["accuracy"], metrics["loss"], plan.run_dir, checkpoint,
+                       time.perf_counter() - started, model, optimizer)
+
+
+def _loop(plan: _Plan, objects: tuple[Any, Any], span: tuple[int, int], place: Any, log: _Log,
+          bar: _Progress) -> pathlib.Path | None:
+    model, optimizer = objects
+    train_step, _ = _jitted()
+    section = plan.config.sections["train"]
+    keep = plan.config.sections["checkpoint"].keep
+    losses, accuracies = [], []
+    window_start, checkpoint = time.perf_counter(), latest_checkpoint(plan.ckpt_dir)
+    model.train()
+    for step in range(span[0] + 1, span[1] + 1):
+        x, y = place(*plan.data.batch(step - 1, section.batch_size, section.seed))
+        loss, accuracy = train_step(model, optimizer, x, y)
+        losses.append(loss)
+        accuracies.append(accuracy)
+        if step % section.log_interval == 0 or step == span[1]:
+            now = time.perf_counter()
+            mean_loss = float(np.mean([float(v) for v in losses]))
+            rate = len(losses) * section.batch_size / max(now - window_start, 1e-9)
+            log.write({"step": step, "split": "train", "loss": mean_loss,
+                       "accuracy": float(np.mean([float(v) for v in accuracies])),
+                       "examples_per_second": rate})
+            bar.update(step, mean_loss, rate)
+            losses, accuracies, window_start = [], [], now
+        if step % plan.eval_every == 0 and step != span[1]:
+            metrics = evaluate_model(model, plan.data)
+            model.train()
+            log.write({"step": step, "split": "test", **metrics})
+            bar.print(f"step {step:>6}/{plan.total}  test loss {metrics['loss']:.4f}  "
+                      f"accuracy {metrics['accuracy']:.2%}")
+        if (plan.ckpt_every and step % plan.ckpt_every == 0) or step == span[1]:
+            checkpoint = save(model, step_directory(plan.ckpt_dir, step), optimizer=optimizer,
+                              config=plan.config, step=step)
+            rotate(plan.ckpt_dir, keep)
+    return checkpoint
+
+
+def evaluate(config: Any, checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
+    """Test loss and accuracy of a checkpoint on the config's data.
+
+    The model is built from the config's ``model`` section and filled from ``checkpoint`` (a
+    checkpoint directory, or a directory of ``step_N`` checkpoints: the newest is used).
+
+    Returns:
+        ``{"step": ..., "loss": ..., "accuracy": ..., "checkpoint": ...}``.
+
+    Raises:
+        CheckpointError: the checkpoint is missing, corrupt or does not fit the model.
+    """
+    import nnx_core as nnx
+
+    from ._config import build
+
+    config = load_train_config(config)
+    data = load_dataset(config.sections["data"])
+    manifest = read_manifest(checkpoint)
+    model = build(config, rngs=nnx.Rngs(0))
+    load(manifest["directory"], into=model)
+    metrics = evaluate_model(model, data)
+    return {"step": manifest.get("step"), **metrics, "checkpoint": manifest["directory"]}
