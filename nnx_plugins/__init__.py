@@ -51,6 +51,15 @@ _EXPORTS = {
     # containers
     "Residual": "._containers",
     "Parallel": "._containers",
+    # training and checkpoints
+    "save": "._checkpoint",
+    "load": "._checkpoint",
+    "read_manifest": "._checkpoint",
+    "CheckpointError": "._checkpoint",
+    "train": "._train",
+    "evaluate": "._train",
+    "TrainResult": "._train",
+    "load_train_config": "._train_config",
 }
 
 __all__ = sorted(_EXPORTS)
