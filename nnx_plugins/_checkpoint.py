@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -94,11 +95,15 @@ def _kind_provider(cls: type) -> tuple[str, str | None]:
         return name, _distribution_of(cls.__module__)
 
 
+@functools.lru_cache(maxsize=None)
 def _distribution_of(module: str) -> str | None:
     import importlib.metadata as metadata
 
     top = module.split(".")[0]
-    names = metadata.packages_distributions().get(top) or []
+    if top in ("nnx_core", "nnx_layers", "nnx_plugins"):
+        names = ["nnx"]
+    else:  # slow (reads every installed distribution's file list): only for unregistered kinds
+        names = metadata.packages_distributions().get(top) or []
     for name in names:
         with contextlib.suppress(metadata.PackageNotFoundError):
             return f"{name} {metadata.version(name)}"
@@ -151,13 +156,16 @@ def _metadata_json(metadata: Mapping[str, Any]) -> dict[str, Any]:
 def _collect(node: Any, prefix: str, tensors: dict[str, np.ndarray], entries: dict[str, Any]) -> None:
     import nnx_core
 
+    providers: dict[type, tuple[str, str | None]] = {}
     for path, variable in nnx_core.state(node).flat_state():
         key = _entry_key(prefix, path)
         if key in entries:
             raise ValueError(f"{_format_path(prefix, path)}: two entries would be stored as {key!r}; "
                              "rename an attribute so that paths stay distinct as text.")
         array, info = _to_numpy(variable.value)
-        kind, provider = _kind_provider(type(variable))
+        if type(variable) not in providers:
+            providers[type(variable)] = _kind_provider(type(variable))
+        kind, provider = providers[type(variable)]
         entries[key] = {"path": list(path), "kind": kind, "provider": provider, **info,
                         "metadata": _metadata_json(variable.metadata)}
         tensors[key] = array

@@ -96,12 +96,29 @@ def load_digits(*, layout: str = "NHWC") -> Dataset:
 
     ``layout="NHWC"`` gives ``(N, 8, 8, 1)`` images, ``layout="flat"`` gives ``(N, 64)``.
     """
+    table = _digits_table()
+    x = table[:, :64].reshape(-1, 8, 8).astype(np.float32) / 16.0
+    y = table[:, 64].astype(np.int32)
+    return _split_every_fifth(_shape(x, layout), y, "digits")
+
+
+def _digits_table() -> np.ndarray:
+    """The ``(1797, 65)`` digits table (64 pixels then the label) that scikit-learn bundles.
+
+    Read straight from scikit-learn's data file when it is where it should be: importing
+    scikit-learn itself takes seconds.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(location, "datasets", "data", "digits.csv.gz")
+        if os.path.isfile(path):
+            return np.loadtxt(path, delimiter=",", dtype=np.float32)
     from sklearn.datasets import load_digits as sklearn_digits
 
     bunch = sklearn_digits()
-    x = (np.asarray(bunch.images, np.float32) / 16.0)
-    y = np.asarray(bunch.target, np.int32)
-    return _split_every_fifth(_shape(x, layout), y, "digits")
+    return np.concatenate([bunch.data, bunch.target[:, None]], axis=1).astype(np.float32)
 
 
 def load_npz(path: str | os.PathLike[str], *, x: str = "x", y: str = "y", x_test: str = "x_test",

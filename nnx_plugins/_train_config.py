@@ -154,7 +154,8 @@ class _Problems:
         self.items: list[InitErrorDetails] = []
 
     def add(self, loc: tuple[Any, ...], message: str, value: Any) -> None:
-        error = PydanticCustomError("nnx_training", "{text}", {"text": message})
+        # the message is the template itself: pydantic shortens long context values
+        error = PydanticCustomError("nnx_training", message.replace("{", "(").replace("}", ")"))
         self.items.append(InitErrorDetails(type=error, loc=loc, input=value))
 
     def extend(self, error: ValidationError, prefix: tuple[Any, ...]) -> None:
