@@ -52,7 +52,7 @@ from ._transforms._control import fori_loop as fori_loop  # noqa: E402
 from ._transforms._eval_shape import eval_shape as eval_shape  # noqa: E402
 from ._transforms._mapping import Carry as Carry  # noqa: E402
 from ._transforms._mapping import StateAxes as StateAxes  # noqa: E402
-from ._transforms._mapping import scan as scan  # noqa: E402
+from ._transforms._scan import scan as scan  # noqa: E402
 from ._transforms._mapping import vmap as vmap  # noqa: E402
 from ._sharding import create_sharded as create_sharded  # noqa: E402
 from ._sharding import get_named_sharding as get_named_sharding  # noqa: E402
