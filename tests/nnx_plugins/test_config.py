@@ -53,12 +53,12 @@ def test_nested_model_round_trip_and_forward(nnx_registry):
 def test_yaml_and_json_files(nnx_registry, tmp_path):
     import yaml
 
-    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"model": NESTED, "train": {"steps": 3}}))
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"model": NESTED, "notes_for_humans": {"steps": 3}}))
     (tmp_path / "m.json").write_text(json.dumps({"model": NESTED}))
     from_yaml, from_json = load_config(tmp_path / "m.yaml"), load_config(str(tmp_path / "m.json"))
     assert from_yaml.model == from_json.model
-    assert from_yaml.sections == {"train": {"steps": 3}}
-    assert from_yaml.to_dict()["train"] == {"steps": 3}
+    assert from_yaml.sections["notes_for_humans"] == {"steps": 3}
+    assert from_yaml.to_dict()["notes_for_humans"] == {"steps": 3}
     assert load_config(from_yaml) is from_yaml
 
 
