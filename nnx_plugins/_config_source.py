@@ -109,8 +109,9 @@ class _Builder:
 
 
 def _parse_yaml(text: str, source: Source) -> None:
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)
         node = loader.get_single_node()
         builder = _Builder(loader, source)
         source.data = None if node is None else builder.build(node, ())
@@ -122,9 +123,18 @@ def _parse_yaml(text: str, source: Source) -> None:
             [Problem((), f"invalid YAML: {what}", source.name, line, column)]
         ) from None
     except yaml.YAMLError as error:
-        raise ConfigError([Problem((), f"invalid YAML: {error}", source.name)]) from None
+        problem = str(error).split("\n")[0]
+        offset = getattr(error, "position", None)
+        line = column = None
+        if isinstance(offset, int):
+            line = text.count("\n", 0, offset) + 1
+            column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+        raise ConfigError(
+            [Problem((), f"invalid YAML: {problem}", source.name, line, column)]
+        ) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if builder.duplicates:
         raise ConfigError(builder.duplicates)
 

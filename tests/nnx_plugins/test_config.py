@@ -53,7 +53,9 @@ def test_nested_model_round_trip_and_forward(nnx_registry):
 def test_yaml_and_json_files(nnx_registry, tmp_path):
     import yaml
 
-    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"model": NESTED, "notes_for_humans": {"steps": 3}}))
+    (tmp_path / "m.yaml").write_text(
+        yaml.safe_dump({"model": NESTED, "notes_for_humans": {"steps": 3}})
+    )
     (tmp_path / "m.json").write_text(json.dumps({"model": NESTED}))
     from_yaml, from_json = load_config(tmp_path / "m.yaml"), load_config(str(tmp_path / "m.json"))
     assert from_yaml.model == from_json.model
@@ -309,3 +311,16 @@ def test_to_config_rejects_changed_opaque_fields(with_fakes, fake_modules):
 def test_config_object_is_plain():
     config = Config({"type": "relu"})
     assert config.to_dict() == {"model": {"type": "relu"}} and config.source == "<dict>"
+
+
+def test_unregistered_activation_objects_are_reported(nnx_registry):
+    node = {
+        "type": "acme.GatedDense",
+        "in_features": 1,
+        "out_features": 1,
+        "gate_activation": print,
+    }
+    with pytest.raises(
+        ConfigError, match=r"model\.gate_activation: print is not a registered layer"
+    ):
+        load_config({"model": node})

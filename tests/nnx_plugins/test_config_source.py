@@ -65,3 +65,10 @@ def test_unreadable_file(tmp_path):
     (tmp_path / "m.yml").write_text(YAML)
     assert source_from(tmp_path / "m.yml").name.endswith("m.yml")
     assert source_from({"a": 1}).name == "<dict>"
+
+
+def test_unreadable_characters_are_yaml_errors():
+    with pytest.raises(
+        ConfigError, match=r"m:1:8: <root>: invalid YAML: .*special characters are not allowed"
+    ):
+        read_source("model: \x07\n", name="m")
