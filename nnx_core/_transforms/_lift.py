@@ -9,6 +9,7 @@ the structure is unchanged (the common case), or the whole new structure otherwi
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +40,29 @@ class Call:
     others: list[Any]
 
 
+_FAST_TREEDEFS: dict[tuple[int, tuple[int, ...]], Any] = {}
+
+
 def extract(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
+    if not kwargs:
+        # Fast path for the common call `f(model, optimizer, x, y)`: every argument is a graph
+        # root or an array, so the tree structure depends only on which positions are roots.
+        positions = []
+        for i, a in enumerate(args):
+            if is_graph_root(a):
+                positions.append(i)
+            elif not isinstance(a, jax.Array):
+                break
+        else:
+            key = (len(args), tuple(positions))
+            treedef = _FAST_TREEDEFS.get(key)
+            if treedef is None:
+                treedef = _FAST_TREEDEFS[key] = jax.tree_util.tree_structure(
+                    (tuple(0 for _ in args), {})
+                )
+            roots = tuple(args[i] for i in positions)
+            others = [a for i, a in enumerate(args) if i not in key[1]] if positions else list(args)
+            return Call(treedef, key[1], roots, others)
     leaves, treedef = tree_flatten((args, kwargs), is_leaf=is_graph_root)
     positions = []
     roots = []
@@ -51,6 +74,16 @@ def extract(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
         else:
             others.append(x)
     return Call(treedef, tuple(positions), tuple(roots), others)
+
+
+_GRAPHDEFS: dict[GraphDef, GraphDef] = {}
+
+
+def canonical(graphdef: GraphDef) -> GraphDef:
+    """One GraphDef object per structure, so cache lookups compare by identity, not deeply."""
+    if len(_GRAPHDEFS) > 4096:
+        _GRAPHDEFS.clear()
+    return _GRAPHDEFS.setdefault(graphdef, graphdef)
 
 
 class PlanCache:
@@ -67,15 +100,20 @@ class PlanCache:
         if plan is not None and plan.valid() and all(a is b for a, b in zip(plan.roots, roots)):
             return plan
         plan = Plan(roots)
+        plan.graphdef = canonical(plan.graphdef)
         if len(self.plans) >= 8:
             self.plans.pop(next(iter(self.plans)))
         self.plans[key] = plan
         return plan
 
 
+_get_value = operator.attrgetter("_value")
+
+
 def input_values(plan: Plan) -> list[Any]:
-    leaves = plan.current_leaves()
-    return [v._value if isinstance(v, Variable) else v for v in leaves]
+    if plan.variables_only:
+        return list(map(_get_value, plan.leaves))
+    return [v._value if isinstance(v, Variable) else v for v in plan.current_leaves()]
 
 
 def rebuild(
