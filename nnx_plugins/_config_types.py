@@ -195,9 +195,11 @@ def dtype_type() -> Any:
 
 def initializer_type() -> Any:
     """The field type of an initializer argument: ``name`` or ``{type: name, ...arguments}``."""
+    from nnx_layers import initializers
+
     schema = {
         "anyOf": [
-            {"type": "string"},
+            {"enum": list(initializers.names())},
             {"type": "object", "properties": {"type": {"type": "string"}}, "required": ["type"]},
         ]
     }

@@ -67,8 +67,14 @@ class Walker:
         try:
             obj = self.registry.get("layer", name, prefer=self.prefer)
             return layer_spec(name, obj, registry=self.registry)
-        except (PluginError, TypeError) as error:
+        except PluginError as error:
             self.add((*path, "type"), str(error))
+            return None
+        except Exception as error:  # noqa: BLE001 - a layer whose signature cannot be modelled
+            self.add(
+                (*path, "type"),
+                f"cannot derive a config model for {name!r}: {type(error).__name__}: {error}",
+            )
             return None
 
     def node(self, value: Any, path: Path) -> dict[str, Any] | None:
@@ -105,6 +111,9 @@ class Walker:
             validated = spec.model.model_validate(data, context=self.context)
         except pydantic.ValidationError as error:
             self._report(error, spec, path)
+            return None
+        except Exception as error:  # noqa: BLE001 - a custom config_model may raise anything
+            self.add(path, f"validating {spec.name} raised {type(error).__name__}: {error}")
             return None
         dumped = validated.model_dump(mode="python", by_alias=True)
         nested = (

@@ -3,9 +3,10 @@
 import json
 
 import jax
+import pydantic
 import pytest
 
-from nnx_core import Rngs, state
+from nnx_core import Module, Rngs, state
 from nnx_plugins import Config, ConfigError, build, load_config, to_config
 from nnx_plugins._config_errors import format_path
 
@@ -324,3 +325,40 @@ def test_unregistered_activation_objects_are_reported(nnx_registry):
         ConfigError, match=r"model\.gate_activation: print is not a registered layer"
     ):
         load_config({"model": node})
+
+
+class Raising(Module):
+    class config_model(pydantic.BaseModel):  # noqa: N801 - the attribute name is the protocol
+        @pydantic.model_validator(mode="before")
+        @classmethod
+        def explode(cls, data):
+            raise RuntimeError("custom validator exploded")
+
+
+_STRANGE = object()
+
+
+class Unmodellable(Module):
+    def __init__(self, size: int = "not an int", *, init_weights=None, kernel_init=_STRANGE):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("Raising", r"model: validating odd.Layer raised RuntimeError: custom validator exploded"),
+        ("Unmodellable", r"model\.type: cannot derive a config model for 'odd.Layer'"),
+    ],
+)
+def test_layers_whose_models_fail_are_config_problems(fake_modules, target, message):
+    from nnx_plugins.testing import fake_distribution, isolated_registry
+
+    from .conftest import installed
+
+    setattr(fake_modules, target, globals()[target])
+    pack = fake_distribution(
+        "odd", entry_points={"nnx.layers": {"odd.Layer": f"fakepack:{target}"}}
+    )
+    with isolated_registry(distributions=[*installed("nnx"), pack]):
+        with pytest.raises(ConfigError, match=message):
+            load_config({"model": {"type": "odd.Layer"}})
