@@ -32,7 +32,8 @@ def _console(stream: Any = None) -> Any:
     from rich.console import Console
 
     stream = sys.stdout if stream is None else stream
-    return Console(file=stream, width=None if stream.isatty() else 160, highlight=False)
+    width = None if stream.isatty() else 160
+    return Console(file=stream, width=width, highlight=False, markup=False)
 
 
 def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Any:
