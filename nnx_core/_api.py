@@ -17,7 +17,7 @@ from ._filters import (
     to_predicate,
 )
 from ._graph import GraphDef, Plan, bump_epoch, iter_nodes, plan_for, unflatten
-from ._state import State, format_path, raise_unmatched
+from ._state import State, format_path, raise_unmatched, sort_key
 from ._variables import Variable
 
 Path = tuple[Any, ...]
@@ -261,18 +261,23 @@ def pop(node: Any, *filters: Filter) -> Any:
     leaves = plan.current_leaves()
     parts = _partition(plan, filters, exhaustive=False)
     states = tuple(_build_state(plan, p, leaves) for p in parts)
-    removals = sorted((i for p in parts for i in p), key=lambda i: plan.graphdef.paths[i], reverse=True)
+    paths = plan.graphdef.paths
+    # last list positions first, so earlier indices stay valid; mixed int/str keys sort too
+    removals = sorted((i for p in parts for i in p), key=lambda i: tuple(map(sort_key, paths[i])),
+                      reverse=True)
+    for i in removals:  # check every removal before changing anything
+        owner, impl, key = plan.owners[i]
+        if impl is None or (impl.fill is None and impl.pop_key is None):
+            raise TypeError(
+                f"pop: cannot remove {format_path(paths[i])} from a "
+                f"{type(owner).__name__}; hold it in a list, dict or Module attribute instead."
+            )
     for i in removals:
         owner, impl, key = plan.owners[i]
         if impl is not None and impl.fill is not None:
             del vars(owner)[key]
-        elif impl is not None and impl.pop_key is not None:
+        elif impl is not None and impl.pop_key is not None:  # always, after the check above
             impl.pop_key(owner, key)
-        else:
-            raise TypeError(
-                f"pop: cannot remove {format_path(plan.graphdef.paths[i])} from a "
-                f"{type(owner).__name__}; hold it in a list, dict or Module attribute instead."
-            )
     bump_epoch()
     return states[0] if len(states) == 1 else states
 

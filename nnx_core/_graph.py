@@ -8,7 +8,6 @@ unflattening rebuilds the objects, restoring shared references and cycles by ind
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ import jax
 import numpy as np
 
 from ._state import State, format_path, sort_key
+from ._tracing import current_trace
 from ._variables import (
     Variable,
     _ById,
@@ -27,7 +27,6 @@ from ._variables import (
     _structure_listeners,
     hashable,
 )
-from ._tracing import current_trace
 
 Path = tuple[Any, ...]
 Children = Sequence[tuple[Any, Any]]
@@ -66,10 +65,12 @@ class NodeImpl:
     identity: bool = True
     subclasses: bool = False
     mutable: bool = True
+    plan_slot: Any = None  # a slot descriptor on the node type that caches its Plan
 
 
 _IMPLS: dict[type, NodeImpl | None] = {}
 _REGISTERED: dict[type, NodeImpl] = {}
+_BUILTIN: set[type] = set()  # list, tuple, dict, State and Module: not re-registrable
 
 
 def impl_for(t: type) -> NodeImpl | None:
@@ -88,7 +89,9 @@ def impl_for(t: type) -> NodeImpl | None:
     return found
 
 
-def register_internal(t: type, impl: NodeImpl) -> None:
+def register_internal(t: type, impl: NodeImpl, *, builtin: bool = True) -> None:
+    if builtin:
+        _BUILTIN.add(t)
     _REGISTERED[t] = impl
     _IMPLS.clear()
     bump_epoch()
@@ -133,18 +136,29 @@ def register_node_type(
         [1.0, 1.0]
 
     Raises:
-        TypeError: ``node_type`` is not a class, or a Variable/Module type (already handled).
+        TypeError: ``node_type`` is not a class, is a Variable kind or a type the graph already
+            handles (list, tuple, dict, State, Module and their subclasses), or ``flatten`` /
+            ``unflatten`` is not callable.
     """
     if not isinstance(node_type, type):
         raise TypeError(f"register_node_type expects a class, got {node_type!r}.")
+    for arg, fn in (("flatten", flatten), ("unflatten", unflatten)):
+        if not callable(fn):
+            raise TypeError(
+                f"register_node_type({node_type.__name__}): {arg} must be callable, got {fn!r}."
+            )
     if issubclass(node_type, Variable):
         raise TypeError(
             f"{node_type.__name__} is a Variable kind; Variables are leaves, not nodes. "
             "Register a Variable kind with register_variable_type instead."
         )
-    existing = impl_for(node_type)
-    if existing is not None and existing.subclasses:
-        raise TypeError(f"{node_type.__name__} is already traversed as a graph node (it is a Module).")
+    builtin = next((b for b in node_type.__mro__ if b in _BUILTIN
+                    and (b is node_type or _REGISTERED[b].subclasses)), None)
+    if builtin is not None:
+        raise TypeError(
+            f"{node_type.__name__} is already traversed as a graph node (as a "
+            f"{builtin.__name__}); it cannot be registered again."
+        )
     register_internal(
         node_type,
         NodeImpl(
@@ -153,6 +167,7 @@ def register_node_type(
             set_key=set_key,
             pop_key=pop_key,
         ),
+        builtin=False,
     )
 
 
@@ -170,7 +185,7 @@ def _tuple_create(t: type, aux: Any, children: Children) -> tuple:
 
 
 def _dict_flatten(x: dict) -> tuple[Children, None]:
-    return [(k, x[k]) for k in sorted(x, key=sort_key)], None
+    return list(x.items()), None  # insertion order, so merge/clone rebuild the same order
 
 
 def _pop_list(x: list, k: int) -> Any:
@@ -239,7 +254,7 @@ class _Flattener:
         self.objs: list[Any] = []
         self.leaves: list[Any] = []
         self.paths: list[Path] = []
-        self.owners: list[tuple[Any, NodeImpl, Any]] = []
+        self.owners: list[tuple[Any, NodeImpl | None, Any]] = []
         self.snaps: list[tuple[Any, NodeImpl, Any]] = []
 
     def visit(self, x: Any, path: Path, owner: Any, owner_impl: NodeImpl | None) -> Any:
@@ -377,21 +392,32 @@ def write_child(owner: Any, impl: NodeImpl | None, key: Any, value: Any) -> None
         )
 
 
-_PLANS: weakref.WeakKeyDictionary[Any, Plan] = weakref.WeakKeyDictionary()
-
-
 def plan_for(node: Any) -> Plan:
-    """The cached Plan of ``node`` (rebuilt only when its structure changed)."""
-    try:
-        plan = _PLANS.get(node)
-    except TypeError:  # unhashable or not weak-referenceable: no caching
+    """The cached Plan of ``node`` (rebuilt only when its structure changed).
+
+    The Plan is cached on the node itself (a slot of Module), never in a global table: a Plan
+    refers to its root, so a global cache would keep every model ever split alive.
+
+    Raises:
+        TypeError: ``node`` is a bare Variable or array (it has no path inside a graph).
+    """
+    if isinstance(node, Variable) or is_array(node):
+        raise TypeError(
+            f"The graph API expects a graph node (a Module, list, tuple, dict or registered "
+            f"type), got a bare {type(node).__name__}, which has no path inside a graph. "
+            "Put it in a container, e.g. nnx_core.split([value])."
+        )
+    impl = impl_for(type(node))
+    slot = impl.plan_slot if impl is not None else None
+    if slot is None:
         return Plan((node,))
-    if plan is None or not plan.valid():
+    try:
+        plan = slot.__get__(node)
+    except AttributeError:  # slot not yet set
+        plan = None
+    if plan is None or plan.roots[0] is not node or not plan.valid():
         plan = Plan((node,))
-        try:
-            _PLANS[node] = plan
-        except TypeError:
-            pass
+        slot.__set__(node, plan)
     return plan
 
 
@@ -434,7 +460,7 @@ class _Unflattener:
                 return v
             value = self.next_leaf()
             old = self.reuse.get(i)
-            if type(old) is cls:
+            if old is not None and type(old) is cls:
                 old.value = value
                 if old.meta_key() != meta_key:
                     old.set_metadata(**dict(meta_key))

@@ -7,8 +7,8 @@ from typing import Any, TypeVar
 
 from ._filters import Filter, to_predicate
 from ._graph import TRACE_ATTR, NodeImpl, bump_epoch, is_array, iter_nodes, register_internal
-from ._tracing import TraceContextError, Tracer, current_trace
-from ._variables import Intermediate, Variable, _describe, variable_name
+from ._tracing import TraceContextError, current_trace
+from ._variables import Intermediate, Variable, _describe, has_tracer, variable_name
 
 M = TypeVar("M", bound="Module")
 _MISSING = object()
@@ -43,6 +43,10 @@ class Module:
         Param          2        20   80 B
     """
 
+    # __dict__ holds the attributes; _nnx_plan caches the graph Plan (see _graph.plan_for)
+    # outside __dict__, so it is neither an attribute nor kept alive by a global table.
+    __slots__ = ("__dict__", "__weakref__", "_nnx_plan")
+
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         obj = object.__new__(cls)
         object.__setattr__(obj, TRACE_ATTR, current_trace())
@@ -51,9 +55,11 @@ class Module:
     def __setattr__(self, name: str, value: Any) -> None:
         d = self.__dict__
         old = d.get(name, _MISSING)
-        if old is not value and not (is_array(old) and is_array(value)):
+        if old is not value and not (
+            is_array(old) and is_array(value) and type(old) is type(value)
+        ):  # an array replaced by an array of the same type changes values only
             bump_epoch()
-        if isinstance(value, Tracer) and d.get(TRACE_ATTR) != current_trace():
+        if has_tracer(value) and d.get(TRACE_ATTR) != current_trace():
             raise TraceContextError(
                 f"Cannot set the traced value {name!r} on {type(self).__name__}: the module was "
                 "created outside the JAX transform that is running now. Pass it as an argument "
@@ -64,6 +70,13 @@ class Module:
     def __delattr__(self, name: str) -> None:
         bump_epoch()
         object.__delattr__(self, name)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # copy, deepcopy and pickle: the attributes only (the trace token is not picklable)
+        return {k: v for k, v in self.__dict__.items() if k != TRACE_ATTR}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     # -- modes -------------------------------------------------------------------------------
     def set_attributes(self: M, *, raise_if_not_found: bool = True, **attributes: Any) -> M:
@@ -171,9 +184,12 @@ class Module:
         head = (f"{type(self).__name__}: {params[1]:,} parameters in {total[0]} Variables "
                 f"({_bytes(total[2])})")
         width = max([len(k) for k in rows] + [5])
-        lines = [head, f"{'kind':<{width}}  variables  elements  bytes"]
-        for kind, (n, size, nbytes) in rows.items():
-            lines.append(f"{kind:<{width}}  {n:>9}  {size:>8,}  {_bytes(nbytes):>5}")
+        cells = [(kind, f"{n}", f"{size:,}", _bytes(nbytes)) for kind, (n, size, nbytes) in rows.items()]
+        w_elems = max([len(c[2]) for c in cells] + [8])
+        w_bytes = max([len(c[3]) for c in cells] + [5])
+        lines = [head, f"{'kind':<{width}}  variables  {'elements':>{w_elems}}  bytes"]
+        for kind, n, size, nbytes in cells:
+            lines.append(f"{kind:<{width}}  {n:>9}  {size:>{w_elems}}  {nbytes:>{w_bytes}}")
         return "\n".join(lines)
 
 
@@ -220,7 +236,7 @@ def _module_flatten(m: Module) -> tuple[list[tuple[str, Any]], None]:
 
 
 def _module_create_empty(t: type, aux: Any) -> Module:
-    obj = object.__new__(t)
+    obj: Module = object.__new__(t)
     object.__setattr__(obj, TRACE_ATTR, current_trace())
     return obj
 
@@ -243,6 +259,7 @@ register_internal(
         pop_key=lambda m, k: vars(m).pop(k),
         subclasses=True,
         mutable=False,  # attribute changes go through __setattr__, which bumps the epoch
+        plan_slot=Module._nnx_plan,  # type: ignore[attr-defined]
     ),
 )
 

@@ -29,9 +29,12 @@ def _as_key(seed: Any, name: str) -> Any:
             return jax.random.wrap_key_data(seed)
         if seed.shape == () and jnp.issubdtype(seed.dtype, jnp.integer):
             return jax.random.key(seed)
+    shown = f"{type(seed).__name__}"
+    if hasattr(seed, "dtype") and hasattr(seed, "shape"):
+        shown += f" {seed.dtype}{list(seed.shape)}"
     raise TypeError(
-        f"Rng stream {name!r} needs an int seed or a PRNG key, got {type(seed).__name__} "
-        f"{getattr(seed, 'dtype', '')}{getattr(seed, 'shape', '')}. Use e.g. Rngs({name}=0)."
+        f"Rng stream {name!r} needs an int seed or a PRNG key, got {shown}. "
+        f"Use e.g. Rngs({name}=0)."
     )
 
 
@@ -78,11 +81,16 @@ class Rngs(Module):
         1
 
     Raises:
+        TypeError: no seed, the default seed given twice, or a seed that is not an int or key.
         AttributeError: a stream is missing and there is no ``default`` stream.
     """
 
     def __init__(self, default: Any = None, /, **streams: Any):
         if default is not None:
+            if "default" in streams:
+                raise TypeError(
+                    "Rngs got the default seed twice (positionally and as default=); pass one."
+                )
             streams = {"default": default, **streams}
         if not streams:
             raise TypeError("Rngs needs at least one seed, e.g. Rngs(0) or Rngs(params=0).")
@@ -107,7 +115,7 @@ class Rngs(Module):
         return stream if isinstance(stream, RngStream) else self.__getattr__(name)
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(vars(self).get(name), RngStream)  # type: ignore[arg-type]
+        return isinstance(vars(self).get(name), RngStream)  # type: ignore[arg-type,call-overload]
 
     def __call__(self) -> jax.Array:
         return self.default()

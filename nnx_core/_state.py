@@ -77,7 +77,7 @@ class State(MutableMapping):
         return len(self._mapping)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
+        if name.startswith("__") or name == "_mapping":  # _mapping: not yet set (copy, pickle)
             raise AttributeError(name)
         try:
             return self._mapping[name]
@@ -95,6 +95,9 @@ class State(MutableMapping):
         return self._mapping == other._mapping
 
     __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return State, (self._mapping,)
 
     def __repr__(self) -> str:
         return _repr(self, 0)
@@ -126,6 +129,10 @@ class State(MutableMapping):
                         f"entries below it ({format_path(path)})."
                     )
                 node = child
+            if isinstance(node.get(path[-1]), dict):
+                raise ValueError(
+                    f"Flat state has a leaf at {format_path(path)} and also entries below it."
+                )
             if path[-1] in node:
                 raise ValueError(f"Flat state has two entries for {format_path(path)}.")
             node[path[-1]] = leaf

@@ -47,14 +47,30 @@ def hashable(value: Any) -> Any:
     return value
 
 
+def has_tracer(value: Any) -> bool:
+    """True if ``value`` is a tracer or a plain container (e.g. a sown tuple) holding one."""
+    if isinstance(value, Tracer):
+        return True
+    if isinstance(value, Variable):
+        return has_tracer(value._value)
+    if isinstance(value, (tuple, list, dict)):
+        return any(isinstance(x, Tracer) for x in jax.tree_util.tree_leaves(value))
+    return False
+
+
 def _describe(value: Any) -> str:
     shape = getattr(value, "shape", None)
     dtype = getattr(value, "dtype", None)
     if shape is None or dtype is None:
         return repr(value)
     dims = ",".join(str(d) for d in shape)
-    if shape == () and not isinstance(value, Tracer):
-        return f"{dtype}[]={np.asarray(value).item()!r}"
+    if shape == () and not isinstance(value, Tracer) and not jax.dtypes.issubdtype(
+        dtype, jax.dtypes.prng_key
+    ):
+        try:
+            return f"{dtype}[]={np.asarray(value).item()!r}"
+        except RuntimeError:  # e.g. a donated (deleted) buffer: show the type only
+            pass
     return f"{dtype}[{dims}]"
 
 
@@ -111,7 +127,7 @@ class Variable:
 
     @value.setter
     def value(self, value: Any) -> None:
-        if isinstance(value, Tracer) and self._trace != current_trace():
+        if has_tracer(value) and self._trace != current_trace():
             raise TraceContextError(
                 f"Cannot set a traced value on {type(self).__name__}({_describe(self._value)}): "
                 "it was created outside the JAX transform that is running now. Pass the Module "
@@ -189,6 +205,16 @@ class Variable:
         """A new Variable sharing the value array, with a copy of the metadata."""
         return self.replace()
 
+    def __getstate__(self) -> tuple[Any, dict[str, Any]]:
+        # copy, deepcopy and pickle: value and metadata only (the trace is not picklable)
+        return self._value, self._meta
+
+    def __setstate__(self, state: tuple[Any, dict[str, Any]]) -> None:
+        _set_value_slot(self, state[0])
+        _set_meta_slot(self, dict(state[1]))
+        _set_meta_key_slot(self, None)
+        _set_trace_slot(self, current_trace())
+
     # -- array protocol ----------------------------------------------------------------------
     def __jax_array__(self) -> Any:
         return self._value
@@ -236,10 +262,10 @@ class Variable:
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
-_set_value_slot = Variable._value.__set__  # type: ignore[attr-defined]
-_set_meta_slot = Variable._meta.__set__  # type: ignore[attr-defined]
-_set_meta_key_slot = Variable._meta_key.__set__  # type: ignore[attr-defined]
-_set_trace_slot = Variable._trace.__set__  # type: ignore[attr-defined]
+_set_value_slot = Variable._value.__set__  # type: ignore[attr-defined,misc,union-attr]
+_set_meta_slot = Variable._meta.__set__  # type: ignore[attr-defined,misc,union-attr]
+_set_meta_key_slot = Variable._meta_key.__set__  # type: ignore[attr-defined,misc,union-attr]
+_set_trace_slot = Variable._trace.__set__  # type: ignore[attr-defined,misc,union-attr]
 
 
 def _binary(op: Callable[[Any, Any], Any]) -> tuple[Callable, Callable, Callable]:
