@@ -8,6 +8,7 @@ import pytest
 from nnx_core import Rngs
 
 from nnx_layers import Conv, ConvTranspose
+from nnx_layers.initializers import zeros
 
 SPATIAL = {1: (9,), 2: (6, 5), 3: (4, 5, 4)}
 KERNEL = {1: (3,), 2: (3, 2), 3: (2, 3, 2)}
@@ -42,7 +43,9 @@ CONV_CASES = [
 
 
 def _pair(rank, options, cls_ours, cls_theirs, in_features=4, out_features=8):
-    ours = cls_ours(in_features, out_features, KERNEL[rank], **options, rngs=Rngs(0))
+    ours = cls_ours(
+        in_features, out_features, KERNEL[rank], **options, kernel_init=zeros, rngs=Rngs(0)
+    )
     theirs = cls_theirs(
         in_features,
         out_features,
@@ -110,16 +113,20 @@ def test_conv_default_init_matches_flax_from_the_same_key():
 
 
 def test_conv_stores_constructor_arguments():
-    conv = Conv(2, 3, [3, 3], [1, 2], padding=[[1, 1], [0, 0]], kernel_metadata={"a": 1}, rngs=Rngs(0))
+    conv = Conv(
+        2, 3, [3, 3], [1, 2], padding=[[1, 1], [0, 0]], kernel_init=zeros, kernel_metadata={"a": 1},
+        rngs=Rngs(0),
+    )
     assert conv.kernel_size == (3, 3) and conv.strides == (1, 2)
     assert conv.padding == ((1, 1), (0, 0))
-    assert conv.kernel.metadata["a"] == 1
-    assert Conv(2, 3, 3, rngs=Rngs(0)).kernel_size == (3,)
+    assert conv.kernel.metadata["a"] == 1 and conv.kernel_init == zeros
+    assert Conv(2, 3, 3, kernel_init=zeros, rngs=Rngs(0)).kernel_size == (3,)
 
 
 def test_conv_single_padding_pair_applies_to_every_axis():
-    one = Conv(4, 8, (3, 2), padding=[(2, 0)], rngs=Rngs(0))
-    both = Conv(4, 8, (3, 2), padding=[(2, 0), (2, 0)], rngs=Rngs(0))
+    one = Conv(4, 8, (3, 2), padding=[(2, 0)], kernel_init=zeros, rngs=Rngs(0))
+    both = Conv(4, 8, (3, 2), padding=[(2, 0), (2, 0)], kernel_init=zeros, rngs=Rngs(0))
+    one.kernel.value = both.kernel.value = jnp.ones((3, 2, 4, 8))
     x = _input(2)
     np.testing.assert_array_equal(one(x), both(x))
 
@@ -130,13 +137,13 @@ def test_conv_single_padding_pair_applies_to_every_axis():
 @pytest.mark.parametrize("kernel_size", [0, (), (3, -1), (2.0,), "3", (True,)])
 def test_conv_bad_kernel_size(kernel_size):
     with pytest.raises(ValueError, match="Conv kernel_size must"):
-        Conv(2, 3, kernel_size, rngs=Rngs(0))
+        Conv(2, 3, kernel_size, kernel_init=zeros, rngs=Rngs(0))
 
 
 @pytest.mark.parametrize("padding", ["FULL", -1, [(1, 1, 1)], [(1, 1)] * 3, [1.5], [("a", 1)], [(0, -1)], None])
 def test_conv_bad_padding(padding):
     with pytest.raises(ValueError, match="Conv padding must be one of"):
-        Conv(2, 3, (3, 3), padding=padding, rngs=Rngs(0))
+        Conv(2, 3, (3, 3), padding=padding, kernel_init=zeros, rngs=Rngs(0))
 
 
 @pytest.mark.parametrize(
@@ -144,38 +151,38 @@ def test_conv_bad_padding(padding):
 )
 def test_conv_bad_strides_and_dilations(name, value):
     with pytest.raises(ValueError, match=f"Conv {name} must be a positive int or 2 positive ints"):
-        Conv(2, 3, (3, 3), **{name: value}, rngs=Rngs(0))
+        Conv(2, 3, (3, 3), **{name: value}, kernel_init=zeros, rngs=Rngs(0))
 
 
 def test_conv_causal_only_1d():
     with pytest.raises(ValueError, match="CAUSAL' is only defined for 1-D"):
-        Conv(2, 3, (3, 3), padding="CAUSAL", rngs=Rngs(0))
+        Conv(2, 3, (3, 3), padding="CAUSAL", kernel_init=zeros, rngs=Rngs(0))
 
 
 @pytest.mark.parametrize("groups", [0, 3])
 def test_conv_bad_feature_group_count(groups):
     with pytest.raises(ValueError, match="Conv feature_group_count"):
-        Conv(4, 6, 3, feature_group_count=groups, rngs=Rngs(0))
+        Conv(4, 6, 3, feature_group_count=groups, kernel_init=zeros, rngs=Rngs(0))
 
 
 def test_conv_bad_mask_shape():
     with pytest.raises(ValueError, match=r"Conv mask must have the kernel's shape \(3, 2, 3\)"):
-        Conv(2, 3, 3, mask=jnp.ones((3, 3)), rngs=Rngs(0))
+        Conv(2, 3, 3, mask=jnp.ones((3, 3)), kernel_init=zeros, rngs=Rngs(0))
 
 
 def test_conv_wrong_channels():
     with pytest.raises(ValueError, match=r"Conv expects an input whose last axis is 4 \(in_features\)"):
-        Conv(4, 8, (3, 3), rngs=Rngs(0))(jnp.ones((1, 5, 5, 3)))
+        Conv(4, 8, (3, 3), kernel_init=zeros, rngs=Rngs(0))(jnp.ones((1, 5, 5, 3)))
 
 
 def test_conv_wrong_rank():
     with pytest.raises(ValueError, match=r"Conv with a 2-D kernel expects an input of shape"):
-        Conv(4, 8, (3, 3), rngs=Rngs(0))(jnp.ones((5, 4)))
+        Conv(4, 8, (3, 3), kernel_init=zeros, rngs=Rngs(0))(jnp.ones((5, 4)))
 
 
 def test_conv_integer_input():
     with pytest.raises(TypeError, match="Conv expects a floating-point input"):
-        Conv(4, 8, 3, rngs=Rngs(0))(jnp.ones((1, 5, 4), jnp.uint8))
+        Conv(4, 8, 3, kernel_init=zeros, rngs=Rngs(0))(jnp.ones((1, 5, 4), jnp.uint8))
 
 
 # --- ConvTranspose ---------------------------------------------------------------------------
@@ -227,25 +234,27 @@ def test_conv_transpose_mask_and_batches(copy_params, assert_close):
 
 
 def test_conv_transpose_kernel_shape():
-    assert ConvTranspose(3, 5, (2, 2), rngs=Rngs(0)).kernel.value.shape == (2, 2, 3, 5)
-    assert ConvTranspose(3, 5, 2, transpose_kernel=True, rngs=Rngs(0)).kernel.value.shape == (2, 5, 3)
+    conv = ConvTranspose(3, 5, (2, 2), kernel_init=zeros, rngs=Rngs(0))
+    assert conv.kernel.value.shape == (2, 2, 3, 5)
+    conv = ConvTranspose(3, 5, 2, transpose_kernel=True, kernel_init=zeros, rngs=Rngs(0))
+    assert conv.kernel.value.shape == (2, 5, 3)
 
 
 @pytest.mark.parametrize("padding", ["CAUSAL", "SAME_LOWER", "nope"])
 def test_conv_transpose_bad_padding(padding):
     with pytest.raises(ValueError, match="ConvTranspose padding must be one of"):
-        ConvTranspose(2, 3, 3, padding=padding, rngs=Rngs(0))
+        ConvTranspose(2, 3, 3, padding=padding, kernel_init=zeros, rngs=Rngs(0))
 
 
 def test_conv_transpose_errors():
     with pytest.raises(ValueError, match="ConvTranspose kernel_size must"):
-        ConvTranspose(2, 3, (0,), rngs=Rngs(0))
+        ConvTranspose(2, 3, (0,), kernel_init=zeros, rngs=Rngs(0))
     with pytest.raises(ValueError, match="ConvTranspose strides must be a positive int or 1"):
-        ConvTranspose(2, 3, 3, strides=(1, 1), rngs=Rngs(0))
-    layer = ConvTranspose(2, 3, 3, rngs=Rngs(0))
+        ConvTranspose(2, 3, 3, strides=(1, 1), kernel_init=zeros, rngs=Rngs(0))
+    layer = ConvTranspose(2, 3, 3, kernel_init=zeros, rngs=Rngs(0))
     with pytest.raises(ValueError, match="ConvTranspose expects an input whose last axis is 2"):
         layer(jnp.ones((1, 4, 3)))
     with pytest.raises(TypeError, match="ConvTranspose expects a floating-point input"):
         layer(jnp.ones((1, 4, 2), jnp.int32))
     with pytest.raises(ValueError, match="ConvTranspose mask must have the kernel's shape"):
-        ConvTranspose(2, 3, 3, mask=jnp.ones((3,)), rngs=Rngs(0))
+        ConvTranspose(2, 3, 3, mask=jnp.ones((3,)), kernel_init=zeros, rngs=Rngs(0))

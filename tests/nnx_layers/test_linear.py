@@ -55,7 +55,7 @@ def test_linear_default_init_matches_flax_from_the_same_key():
 @pytest.mark.parametrize(("batch_shape", "use_bias"), [((), True), ((2,), False), ((2, 3), True)])
 def test_linear_matches_flax(batch_shape, dtype, param_dtype, use_bias, copy_params, assert_close):
     kwargs = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype)
-    ours = Linear(4, 3, **kwargs, rngs=Rngs(0))
+    ours = Linear(4, 3, **kwargs, kernel_init=initializers.zeros, rngs=Rngs(0))
     theirs = fnnx.Linear(4, 3, **kwargs, kernel_init=fnnx.initializers.zeros, rngs=fnnx.Rngs(1))
     copy_params(ours, theirs, ["kernel", "bias"])
     for input_dtype in INPUT_DTYPES:
@@ -65,7 +65,7 @@ def test_linear_matches_flax(batch_shape, dtype, param_dtype, use_bias, copy_par
 
 def test_linear_precision_and_preferred_element_type(copy_params, assert_close):
     kwargs = dict(precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
-    ours = Linear(4, 2, dtype=jnp.bfloat16, **kwargs, rngs=Rngs(0))
+    ours = Linear(4, 2, dtype=jnp.bfloat16, **kwargs, kernel_init=initializers.zeros, rngs=Rngs(0))
     theirs = fnnx.Linear(
         4, 2, dtype=jnp.bfloat16, **kwargs, kernel_init=fnnx.initializers.zeros, rngs=fnnx.Rngs(0)
     )
@@ -140,7 +140,7 @@ def test_embed_default_init_matches_flax_from_the_same_key():
 @pytest.mark.parametrize("id_dtype", [jnp.int32, jnp.uint8])
 def test_embed_matches_flax(num_embeddings, dtype, param_dtype, id_dtype, copy_params, assert_close):
     kwargs = dict(dtype=dtype, param_dtype=param_dtype)
-    ours = Embed(num_embeddings, 3, **kwargs, rngs=Rngs(0))
+    ours = Embed(num_embeddings, 3, **kwargs, embedding_init=initializers.zeros, rngs=Rngs(0))
     theirs = fnnx.Embed(
         num_embeddings, 3, **kwargs, embedding_init=fnnx.initializers.zeros, rngs=fnnx.Rngs(1)
     )
