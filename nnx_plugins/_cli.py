@@ -181,7 +181,8 @@ def _layers_show(args: argparse.Namespace) -> int:
         if name == "type_":
             continue
         default = "(required)" if field.is_required() else json.dumps(to_json(field.default))
-        kind = spec.field(field.alias or name).kind if spec.field(field.alias or name) else "custom"
+        described = spec.field(field.alias or name)
+        kind = described.kind if described is not None else "custom"
         rows.append((field.alias or name, kind, default))
     console.print(_table("config fields", ("Field", "Kind", "Default"), rows))
     return 0
@@ -227,11 +228,12 @@ def _config_schema(args: argparse.Namespace) -> int:
 
 
 def _human(nbytes: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if nbytes < 1024 or unit == "GB":
-            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    return ""  # unreachable
+    size = float(nbytes)
+    for unit in ("B", "KB", "MB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
 
 
 def _build(args: argparse.Namespace) -> int:

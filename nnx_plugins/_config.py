@@ -109,13 +109,13 @@ def _validate(source: Source, registry: Registry) -> Config:
         walker.add((), "missing the 'model' section describing the layers.")
         raise ConfigError(walker.problems)
     walker.prefer = dict(plugins.prefer) if plugins is not None else {}
-    model = walker.node(data["model"], ("model",))
-    if walker.problems or model is None:
+    normalized = walker.node(data["model"], ("model",))
+    if walker.problems or normalized is None:
         problems = sorted(
             walker.problems, key=lambda p: (p.line is None, p.line or 0, p.column or 0)
         )
         raise ConfigError(problems)
-    return Config(model, sections, walker.prefer, source.name)
+    return Config(normalized, sections, walker.prefer, source.name)
 
 
 def load_config(config: Any, *, registry: Registry | None = None) -> Config:
@@ -217,10 +217,8 @@ class _Builder:
         if spec.custom:
             data = {k: v for k, v in node.items() if k != "type"}
             validated = spec.model.model_validate(data)
-            args, kwargs = (
-                [],
-                {name: getattr(validated, name) for name in type(validated).model_fields},
-            )
+            args: list[Any] = []
+            kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
         else:
             context = {"registry": self.registry, "prefer": self.prefer}
             validated = spec.model.model_validate(node, context=context)

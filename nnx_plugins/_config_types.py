@@ -163,6 +163,10 @@ def normalize_initializer(value: Any) -> dict[str, Any]:
 def _normalize_activation(value: Any, info: ValidationInfo) -> str | None:
     context = info.context or {}
     registry, prefer = context.get("registry"), context.get("prefer")
+    if registry is None:
+        from ._registry import default_registry
+
+        registry = default_registry()
     if value is None:
         return None
     if callable(value) and not isinstance(value, (str, type)):

@@ -75,7 +75,9 @@ def _itemsize(struct: Any) -> int:
 
 def _owner(model: dict[str, Any], path: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The deepest config node along ``path`` and its path (config attributes mirror fields)."""
-    node, where, best = model, (), ((), model)
+    node: Any = model
+    where: tuple[Any, ...] = ()
+    best: tuple[tuple[Any, ...], dict[str, Any]] = ((), model)
     for key in path:
         child = (
             node.get(key)

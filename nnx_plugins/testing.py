@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.metadata as metadata
 from collections.abc import Iterable, Iterator, Mapping
+from importlib.metadata import EntryPoint
 from typing import Any
 
 import pytest
@@ -52,7 +52,7 @@ class FakeDistribution:
 
     metadata: dict[str, str]
     version: str
-    entry_points: list[metadata.EntryPoint]
+    entry_points: list[EntryPoint]
 
 
 def fake_distribution(
@@ -67,7 +67,7 @@ def fake_distribution(
         ('nnx.layers', 'other.X')
     """
     points = [
-        metadata.EntryPoint(entry, value, group)
+        EntryPoint(entry, value, group)
         for group, entries in entry_points.items()
         for entry, value in entries.items()
     ]
