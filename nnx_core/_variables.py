@@ -354,8 +354,10 @@ def _register_auto(cls: type[Variable]) -> None:
 def register_variable_type(cls: type[Variable], name: str) -> type[Variable]:
     """Give the Variable kind ``cls`` the stable name ``name`` used by string filters and files.
 
-    Registering the same pair again is a no-op. A name held by another type, or a type that
-    already has another explicit name, is an error naming both.
+    Registering the same pair again is a no-op, and a class defined again under the same
+    module and qualified name (a reloaded module, a re-run notebook cell) takes its name over.
+    A name held by another type, or a type that already has another explicit name, is an
+    error naming both.
 
     Example:
         >>> import nnx_core as nnx
@@ -377,7 +379,10 @@ def register_variable_type(cls: type[Variable], name: str) -> type[Variable]:
     if not isinstance(name, str) or not name:
         raise TypeError(f"A Variable kind name must be a non-empty string, got {name!r}.")
     holder = _NAME_TO_TYPE.get(name)
-    if holder is not None and holder is not cls and name not in _AUTO_NAMES:
+    # the same class defined again (a module reloaded or imported twice, a notebook cell
+    # re-run) takes the name over; a different class is an error
+    redefined = holder is not None and _auto_name(holder) == _auto_name(cls)
+    if holder is not None and holder is not cls and name not in _AUTO_NAMES and not redefined:
         raise ValueError(
             f"Variable kind name {name!r} is already registered to "
             f"{_auto_name(holder)}; cannot also register {_auto_name(cls)}. "

@@ -456,3 +456,17 @@ def test_describe_helper_handles_non_arrays():
     assert _variables.hashable(box) == _variables.hashable(box)
     assert _variables.hashable(box) != _variables.hashable([1])
     assert repr(_variables.hashable(box)) == "[1]"
+
+
+def test_a_kind_class_defined_again_takes_its_name_over():
+    def define():
+        class Reloaded(nnx.Variable, kind="tests.variables.Reloaded"):
+            pass
+
+        return Reloaded
+
+    old, new = define(), define()  # e.g. a reloaded module or a re-run notebook cell
+    assert nnx.variable_type("tests.variables.Reloaded") is new
+    assert nnx.variable_name(new) == "tests.variables.Reloaded"
+    with pytest.raises(KeyError, match="Reloaded'> is not a registered Variable kind"):
+        nnx.variable_name(old)
