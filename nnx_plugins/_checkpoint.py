@@ -89,6 +89,11 @@ def _kind_provider(cls: type) -> tuple[str, str | None]:
     from ._registry import default_registry
 
     name = nnx_core.variable_name(cls)
+    if name == f"{cls.__module__}.{cls.__qualname__}":  # automatic name: a plugin kind not loaded yet
+        from ._lookup import load_variable_types
+
+        load_variable_types()
+        name = nnx_core.variable_name(cls)
     try:
         return name, str(default_registry().resolve("variable", name).plugin)
     except PluginError:
@@ -128,18 +133,17 @@ def _to_numpy(value: Any) -> tuple[np.ndarray, dict[str, Any]]:
     import jax
     import jax.numpy as jnp
 
-    info: dict[str, Any] = {}
+    info: dict[str, Any] = {"shape": list(np.shape(value))}
     if isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
         info["key_impl"] = str(jax.random.key_impl(value))
         value = jax.random.key_data(value)
         info["dtype"] = "key"
     array = np.asarray(jax.device_get(value))
     info.setdefault("dtype", array.dtype.name)
-    info["shape"] = list(array.shape)
     if array.dtype.name not in _NATIVE:
         array = array.view(np.dtype(f"uint{8 * array.dtype.itemsize}"))
         info["stored_as"] = array.dtype.name
-    return np.ascontiguousarray(array), info
+    return np.ascontiguousarray(array).reshape(array.shape), info  # (ascontiguousarray gives 0-d arrays a dimension)
 
 
 def _metadata_json(metadata: Mapping[str, Any]) -> dict[str, Any]:
