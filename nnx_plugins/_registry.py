@@ -213,8 +213,11 @@ class Registry:
         """
         with self._lock:
             offers = self._providers[kind].get(name)
-            if not offers:
-                self._load_hooks(namespace=name.partition(".")[0] if "." in name else None)
+            if not offers and "." in name:  # only namespaced names can come from hooks
+                self._load_hooks(namespace=name.partition(".")[0])
+                offers = self._providers[kind].get(name)
+            if not offers and "." in name:
+                self._load_hooks(namespace=None)
                 offers = self._providers[kind].get(name)
             if not offers:
                 raise self._unknown(kind, name)

@@ -238,3 +238,13 @@ def test_name_of_finds_builtins_packs_and_rejects_strangers():
 
 def test_default_registry_is_shared(nnx_registry):
     assert default_registry() is nnx_registry
+
+
+def test_unknown_unqualified_names_do_not_load_hook_plugins():
+    registry = registry_of()
+    with pytest.raises(UnknownNameError, match="Unknown layer 'Nope'"):
+        registry.get("layer", "Nope")
+    assert dict((r.name, s) for r, s in registry.hook_plugins())["acme"] == "not loaded"
+    with pytest.raises(UnknownNameError, match="Unknown layer 'other.Nope'"):
+        registry.get("layer", "other.Nope")
+    assert dict((r.name, s) for r, s in registry.hook_plugins())["acme"] == "loaded"
