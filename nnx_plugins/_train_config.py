@@ -241,12 +241,16 @@ def _check_value(
             value,
         )
         return
+    # strict (no bool for a number, no "1" for an int), except for mappings: JSON turns the
+    # keys of {10: 0.5} into strings
+    takes_mapping = any(
+        typing.get_origin(a) is dict for a in (annotation, *typing.get_args(annotation))
+    )
+    adapter = pydantic.TypeAdapter(annotation, config=pydantic.ConfigDict(strict=not takes_mapping))
     try:
-        pydantic.TypeAdapter(annotation, config=pydantic.ConfigDict(strict=True)).validate_python(
-            value
-        )
+        adapter.validate_python(value)
     except pydantic.ValidationError as error:
-        if isinstance(value, Mapping) and not schedule:
+        if isinstance(value, Mapping) and not schedule and not takes_mapping:
             problems.add(
                 loc, f"{label}'s argument {parameter.name!r} does not take a schedule", value
             )
@@ -288,8 +292,9 @@ def _resolve_arguments(
             )
         elif annotation == "dtype" and value is not None:
             value = jnp.dtype(value)
-        elif typing.get_origin(annotation) is tuple and isinstance(value, list):
-            value = tuple(value)
+        elif any(typing.get_origin(a) in (tuple, dict)
+                 for a in (annotation, *typing.get_args(annotation))):
+            value = pydantic.TypeAdapter(annotation).validate_python(value)
         resolved[name] = value
     return resolved
 
@@ -387,6 +392,17 @@ def make_optimizer(section: OptimizerSection) -> Any:
         >>> hasattr(make_optimizer(section), "update")
         True
     """
+    # one object per spelling: jit caches compiled steps by the transformation's identity
+    spelling = repr(section.model_dump())
+    if spelling not in _TRANSFORMS:
+        _TRANSFORMS[spelling] = _build_optimizer(section)
+    return _TRANSFORMS[spelling]
+
+
+_TRANSFORMS: dict[str, Any] = {}
+
+
+def _build_optimizer(section: OptimizerSection) -> Any:
     optax = _optax()
     function = getattr(optax, section.type)
     tx = function(**_resolve_arguments(function, section.arguments))
