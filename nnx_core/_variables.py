@@ -53,8 +53,10 @@ def has_tracer(value: Any) -> bool:
         return True
     if isinstance(value, Variable):
         return has_tracer(value._value)
-    if isinstance(value, (tuple, list, dict)):
-        return any(isinstance(x, Tracer) for x in jax.tree_util.tree_leaves(value))
+    if isinstance(value, (tuple, list)):
+        return any(has_tracer(x) for x in value)
+    if isinstance(value, dict):
+        return any(has_tracer(x) for x in value.values())
     return False
 
 

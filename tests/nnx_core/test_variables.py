@@ -403,6 +403,7 @@ def _sow(x):
         (lambda x: setattr(OUTSIDE_MODULE, "raw", x), "Cannot set the traced value 'raw' on Leaf"),
         (lambda x: setattr(OUTSIDE_MODULE, "w", nnx.Param(x)), "traced value 'w' on Leaf"),
         (_sow, "traced value 'leaked' on Leaf"),
+        (lambda x: setattr(OUTSIDE_MODULE, "leaked", {0: [x], "a": 1}), "traced value 'leaked'"),
     ],
 )
 def test_mutating_captured_objects_with_a_tracer_raises(mutate, match):
