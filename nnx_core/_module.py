@@ -187,7 +187,7 @@ class Module:
         cells = [(kind, f"{n}", f"{size:,}", _bytes(nbytes)) for kind, (n, size, nbytes) in rows.items()]
         w_elems = max([len(c[2]) for c in cells] + [8])
         w_bytes = max([len(c[3]) for c in cells] + [5])
-        lines = [head, f"{'kind':<{width}}  variables  {'elements':>{w_elems}}  bytes"]
+        lines = [head, f"{'kind':<{width}}  variables  {'elements':>{w_elems}}  {'bytes':>{w_bytes}}"]
         for kind, n, size, nbytes in cells:
             lines.append(f"{kind:<{width}}  {n:>9}  {size:>{w_elems}}  {nbytes:>{w_bytes}}")
         return "\n".join(lines)

@@ -1,0 +1,282 @@
+"""Module: plain containers, static attributes, train/eval, sow, traversal, repr, summary."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import nnx_core as nnx
+
+from .corpus import Cycle, Leaf, Nested, SharedSub, assert_same_values
+
+
+def paths(node, *filters):
+    return [nnx.format_path(p) for p, _ in nnx.state(node, *filters).flat_state()]
+
+
+class Dropoutish(nnx.Module):
+    def __init__(self):
+        self.deterministic = False
+
+
+class Normish(nnx.Module):
+    def __init__(self):
+        self.use_running_average = False
+        self.mean = nnx.BatchStat(np.zeros(2, np.float32))
+
+
+class Net(nnx.Module):
+    def __init__(self):
+        self.blocks = [Dropoutish(), {"norm": Normish()}, (Normish(),)]
+        self.head = Dropoutish()
+        self.kernel = nnx.Param(np.ones((3, 2), np.float32))
+        self.raw = np.zeros(4, np.int8)
+        self.label = "net"
+
+
+def modes(net):
+    return [(nnx.format_path(p), vars(m).get("deterministic", vars(m).get("use_running_average")))
+            for p, m in net.iter_modules() if p]
+
+
+# -- attributes -----------------------------------------------------------------------------------
+def test_plain_containers_need_no_wrappers():
+    m = Nested()
+    assert type(m.layers) is list and type(m.blocks) is dict and type(m.layers[1][1]) is dict
+    assert paths(m) == [
+        "blocks.a_first[0].w", "blocks.a_first[1]", "blocks.z_last.w", "layers[0].w",
+        "layers[1][0].w", "layers[1][1].deep", "pair[0]",
+    ]
+
+
+def test_other_values_are_static():
+    m = Net()
+    m.sizes = (3, 4)
+    m.config = {"act": "relu", "depth": 2}
+    m.fn = len
+    graphdef, state = nnx.split(m)
+    assert "label" not in state and "sizes" not in state and "config" not in state
+    merged = nnx.merge(graphdef, state)
+    assert merged.sizes == (3, 4) and merged.config == {"act": "relu", "depth": 2}
+    assert merged.fn is len and merged.label == "net"
+
+
+def test_raw_arrays_are_state():
+    assert paths(Net(), np.ndarray) == ["raw"]
+
+
+def test_no_super_init_needed_and_attributes_are_ordinary():
+    class Bare(nnx.Module):
+        def __init__(self):
+            self.x = 1
+
+    b = Bare()
+    b.x += 1
+    del b.x
+    assert not hasattr(b, "x") and vars(b) == {"_nnx_trace": vars(b)["_nnx_trace"]}
+
+
+# -- train / eval / set_attributes ----------------------------------------------------------------
+def test_eval_and_train_toggle_modes_everywhere():
+    net = Net()
+    assert net.eval() is net
+    assert modes(net) == [("blocks[0]", True), ("blocks[1].norm", True),
+                          ("blocks[2][0]", True), ("head", True)]
+    assert net.train() is net
+    assert all(value is False for _, value in modes(net))
+
+
+def test_train_and_eval_take_extra_attributes():
+    net = Net().eval(label="evaluating")
+    assert net.label == "evaluating"
+
+
+def test_set_attributes_sets_only_existing_attributes():
+    net = Net().set_attributes(deterministic=True)
+    assert net.head.deterministic is True and "deterministic" not in vars(net)
+    assert net.blocks[1]["norm"].use_running_average is False
+    assert net.set_attributes(missing=1, raise_if_not_found=False) is net
+    assert "missing" not in vars(net)
+
+
+def test_set_attributes_raises_for_unknown_attributes():
+    with pytest.raises(AttributeError, match=r"No module in Net has the attribute\(s\) "
+                                             r"\['nope', 'other'\]; pass raise_if_not_found=False"):
+        Net().set_attributes(deterministic=True, nope=1, other=2)
+
+
+# -- sow ------------------------------------------------------------------------------------------
+class Sower(nnx.Module):
+    def __call__(self, x, **kwargs):
+        self.sow(nnx.Intermediate, "seen", x, **kwargs)
+        return x
+
+
+def test_sow_appends_to_a_tuple_by_default():
+    m = Sower()
+    m(1)
+    m(2)
+    assert type(m.seen) is nnx.Intermediate and m.seen.value == (1, 2)
+    assert paths(nnx.pop(m, nnx.Intermediate)) == ["seen"] and "seen" not in vars(m)
+
+
+def test_sow_with_reduce_and_init_functions():
+    m = Sower()
+    for x in (1, 2, 3):
+        m(x, reduce_fn=lambda total, new: total + new, init_fn=lambda: 10)
+    assert m.seen.value == 16
+
+
+def test_sow_with_a_custom_kind():
+    class Probe(nnx.Intermediate):
+        pass
+
+    m = Leaf(1)
+    m.sow(Probe, "probe", jnp.ones(1))
+    assert paths(m, Probe) == ["probe"] and paths(m, nnx.Intermediate) == ["probe"]
+
+
+@pytest.mark.parametrize(
+    "existing, match",
+    [
+        (nnx.Param(1), r"sow: attribute 'seen' of Sower holds a Param, not a Intermediate\. "
+                       r"Use another name\."),
+        (3, r"sow: attribute 'seen' of Sower holds a int, not a Intermediate"),
+    ],
+)
+def test_sow_into_an_attribute_of_another_type_raises(existing, match):
+    m = Sower()
+    m.seen = existing
+    with pytest.raises(TypeError, match=match):
+        m(1)
+
+
+# -- traversal ------------------------------------------------------------------------------------
+def test_iter_modules_yields_each_module_once_root_first():
+    m = SharedSub()
+    assert [(nnx.format_path(p), type(x).__name__) for p, x in m.iter_modules()] == [
+        ("<root>", "SharedSub"), ("a", "Leaf")]
+    net = Net()
+    assert [nnx.format_path(p) for p, _ in net.iter_modules()] == [
+        "<root>", "blocks[0]", "blocks[1].norm", "blocks[2][0]", "head"]
+
+
+def test_iter_modules_handles_cycles():
+    m = Cycle()
+    assert [nnx.format_path(p) for p, _ in m.iter_modules()] == [
+        "<root>", "parent", "parent.child"]
+
+
+def test_iter_children_yields_direct_submodule_attributes():
+    m = SharedSub()
+    assert [(name, child) for name, child in m.iter_children()] == [("a", m.a), ("b", m.a)]
+    assert [name for name, _ in Net().iter_children()] == ["head"]
+    assert list(Leaf(1).iter_children()) == []
+
+
+# -- repr -----------------------------------------------------------------------------------------
+def test_repr_is_nested_and_readable():
+    assert repr(Net()) == """Net(
+  blocks=[
+    Dropoutish(
+      deterministic=False,
+    ),
+    {
+      'norm': Normish(
+        mean=BatchStat(float32[2]),
+        use_running_average=False,
+      ),
+    },
+    (
+      Normish(
+        mean=BatchStat(float32[2]),
+        use_running_average=False,
+      ),
+    ),
+  ],
+  head=Dropoutish(
+    deterministic=False,
+  ),
+  kernel=Param(float32[3,2]),
+  label='net',
+  raw=int8[4],
+)"""
+
+
+def test_repr_of_cycles_and_shared_modules_is_finite():
+    assert repr(Cycle()) == """Cycle(
+  me=Cycle(...),
+  parent=Parent(
+    child=Child(
+      parent=Parent(...),
+      v=BatchStat(float32[1]),
+    ),
+    w=Param(float32[1]),
+  ),
+)"""
+    assert repr(SharedSub()).count("Leaf(...)") == 3
+
+
+def test_repr_of_an_empty_module_and_static_containers():
+    class Empty(nnx.Module):
+        pass
+
+    e = Empty()
+    assert repr(e) == "Empty()"
+    e.sizes = [1, 2]
+    assert repr(e) == "Empty(\n  sizes=[1, 2],\n)"
+
+
+# -- summary --------------------------------------------------------------------------------------
+def test_summary_counts_and_bytes_per_kind():
+    assert Net().summary() == """Net: 6 parameters in 4 Variables (44 B)
+kind       variables  elements  bytes
+BatchStat          2         4   16 B
+Param              1         6   24 B
+array              1         4    4 B"""
+
+
+def test_summary_with_a_filter_and_large_counts():
+    class Big(nnx.Module):
+        def __init__(self):
+            self.w = nnx.Param(np.zeros((1000, 1000), np.float32))
+            self.n = nnx.Variable(np.zeros((), np.int32))
+
+    assert Big().summary(nnx.Param) == """Big: 1,000,000 parameters in 1 Variables (3.8 MB)
+kind   variables   elements   bytes
+Param          1  1,000,000  3.8 MB"""
+
+
+def test_summary_of_an_empty_module_and_unnamed_kinds():
+    class Empty(nnx.Module):
+        pass
+
+    assert Empty().summary() == "Empty: 0 parameters in 0 Variables (0 B)\n" \
+                                "kind   variables  elements  bytes"
+    m = Empty()
+    m.v = nnx.Variable(np.zeros(300, np.float32))
+    assert m.summary().splitlines()[0] == "Empty: 0 parameters in 1 Variables (1.2 KB)"
+
+
+# -- copies ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "copier", [copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m))], ids=["deepcopy", "pickle"]
+)
+def test_deepcopy_and_pickle_keep_structure_and_sharing(copier):
+    m = Cycle()
+    c = copier(m)
+    assert c.me is c and c.parent.child.parent is c.parent and c.parent.w is not m.parent.w
+    assert nnx.graphdef(c) == nnx.graphdef(m)
+    assert_same_values(c, m)
+    c.parent.w.value = jnp.zeros(1)  # usable afterwards
+    assert m.parent.w.value.tolist() == [1.0]
+
+
+def test_copy_is_shallow():
+    m = Leaf(2)
+    c = copy.copy(m)
+    assert c is not m and c.w is m.w and c.n == 2

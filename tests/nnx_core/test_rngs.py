@@ -1,0 +1,149 @@
+"""Rngs: streams, the default fallback, keys per call, counts as state, seeds and their errors."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import nnx_core as nnx
+
+
+def data(key):
+    return jax.random.key_data(key).tolist()
+
+
+def expected(seed, count):
+    return data(jax.random.fold_in(jax.random.key(seed), count))
+
+
+def test_a_positional_seed_is_the_default_stream():
+    rngs = nnx.Rngs(0)
+    assert list(rngs.streams()) == ["default"] and "default" in rngs
+    assert data(rngs.params()) == expected(0, 0)  # no params stream: the default one
+    assert data(rngs["dropout"]()) == expected(0, 1)
+    assert data(rngs()) == expected(0, 2)
+    assert int(rngs.default.count.value) == 3
+
+
+def test_named_streams_are_independent():
+    rngs = nnx.Rngs(params=0, dropout=1)
+    assert sorted(rngs.streams()) == ["dropout", "params"] and "default" not in rngs
+    assert data(rngs.params()) == expected(0, 0)
+    assert data(rngs["dropout"]()) == expected(1, 0)
+    assert data(rngs.params()) == expected(0, 1)
+    assert int(rngs.params.count.value) == 2 and int(rngs.dropout.count.value) == 1
+
+
+def test_named_streams_win_over_the_default():
+    rngs = nnx.Rngs(5, dropout=1)
+    assert data(rngs.dropout()) == expected(1, 0) and data(rngs.noise()) == expected(5, 0)
+
+
+def test_keys_differ_per_call_and_are_reproducible():
+    a, b = nnx.Rngs(3), nnx.Rngs(3)
+    ka = [data(a.params()) for _ in range(3)]
+    assert len({tuple(k) for k in ka}) == 3
+    assert ka == [data(b.params()) for _ in range(3)]
+
+
+def test_split_draws_once():
+    stream = nnx.Rngs(0).default
+    keys = stream.split(4)
+    assert keys.shape == (4,) and int(stream.count.value) == 1
+    assert stream.split((2, 3)).shape == (2, 3)
+
+
+def test_counts_and_keys_are_their_own_variable_kinds_and_state():
+    rngs = nnx.Rngs(0, dropout=1)
+    counts = nnx.state(rngs, nnx.RngCount)
+    assert [nnx.format_path(p) for p, _ in counts.flat_state()] == [
+        "default.count", "dropout.count"]
+    assert counts.default.count.tag == "default" and counts.default.count.dtype == jnp.uint32
+    keys = nnx.state(rngs, "RngKey")
+    assert [nnx.format_path(p) for p, _ in keys.flat_state()] == ["default.key", "dropout.key"]
+    assert nnx.variable_name(nnx.RngCount) == "RngCount" and nnx.variable_name(nnx.RngKey) == "RngKey"
+    assert not isinstance(rngs.default.count, nnx.Param)
+
+
+def test_counts_round_trip_through_split_merge_and_update():
+    rngs = nnx.Rngs(0)
+    rngs.params()
+    copy = nnx.merge(*nnx.split(nnx.clone(rngs)))
+    assert int(copy.default.count.value) == 1
+    assert data(copy.params()) == data(rngs.params())
+    nnx.update(rngs, {"default": {"count": jnp.zeros((), jnp.uint32)}})
+    assert data(rngs.params()) == expected(0, 0)
+
+
+def test_counts_advance_through_nnx_jit():
+    rngs = nnx.Rngs(0)
+    draw = nnx.jit(lambda r: r.params())
+    first, second = draw(rngs), draw(rngs)
+    assert data(first) == expected(0, 0) and data(second) == expected(0, 1)
+    assert int(rngs.default.count.value) == 2
+
+
+def test_repr():
+    assert repr(nnx.Rngs(params=0)) == """Rngs(
+  params=RngStream(
+    count=RngCount(uint32[]=0, tag='params'),
+    key=RngKey(key<fry>[], tag='params'),
+    tag='params',
+  ),
+)"""
+
+
+@pytest.mark.parametrize(
+    "seed, seed_for",
+    [
+        (jax.random.key(7), 7),
+        (jax.random.PRNGKey(7), 7),  # raw uint32[2] key data
+        (np.int32(7), 7),
+        (jnp.array(7), 7),
+        (jnp.uint32(7), 7),
+    ],
+    ids=["typed key", "raw key", "numpy int", "jax int", "uint32 scalar"],
+)
+def test_seeds_may_be_keys_or_integer_scalars(seed, seed_for):
+    assert data(nnx.Rngs(seed).params()) == expected(seed_for, 0)
+    assert data(nnx.Rngs(noise=seed).noise()) == expected(seed_for, 0)
+
+
+@pytest.mark.parametrize(
+    "make, error, match",
+    [
+        (lambda: nnx.Rngs(), TypeError, r"Rngs needs at least one seed, e\.g\. Rngs\(0\) or "
+                                        r"Rngs\(params=0\)\."),
+        (lambda: nnx.Rngs(0, default=1), TypeError, r"Rngs got the default seed twice"),
+        (lambda: nnx.Rngs("0"), TypeError, r"Rng stream 'default' needs an int seed or a PRNG "
+                                           r"key, got str\. Use e\.g\. Rngs\(default=0\)\."),
+        (lambda: nnx.Rngs(1.5), TypeError, r"needs an int seed or a PRNG key, got float\."),
+        (lambda: nnx.Rngs(True), TypeError, r"got bool\."),
+        (lambda: nnx.Rngs(params=None), TypeError, r"Rng stream 'params' .* got NoneType\. "
+                                                   r"Use e\.g\. Rngs\(params=0\)\."),
+        (lambda: nnx.Rngs(dropout=jnp.ones(3)), TypeError,
+         r"Rng stream 'dropout' needs an int seed or a PRNG key, got ArrayImpl float32\[3\]\."),
+        (lambda: nnx.Rngs(jnp.zeros((2, 3), jnp.uint32)), TypeError,
+         r"got ArrayImpl uint32\[2, 3\]"),
+    ],
+)
+def test_bad_seeds(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+@pytest.mark.parametrize("get", [lambda r: r.noise, lambda r: r["noise"]], ids=["attr", "item"])
+def test_an_unknown_stream_without_default_raises(get):
+    rngs = nnx.Rngs(params=0, dropout=1)
+    with pytest.raises(AttributeError, match=r"Rngs has no stream 'noise' and no default stream "
+                                             r"\(streams: \['dropout', 'params'\]\)\. Create it "
+                                             r"with Rngs\(noise=seed, \.\.\.\) or give a default "
+                                             r"seed: Rngs\(0, \.\.\.\)\."):
+        get(rngs)
+
+
+def test_dunder_lookups_are_not_streams():
+    rngs = nnx.Rngs(0)
+    assert not hasattr(rngs, "__array__") and "x" not in rngs
