@@ -12,6 +12,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+
 from nnx_core import Module, Param, Rngs
 
 from . import initializers
@@ -29,6 +30,7 @@ from .initializers import Initializer
 __all__ = ["Conv", "ConvTranspose"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+_DEFAULT_KERNEL_INIT = initializers.lecun_normal()
 _PADDING_NAMES = ("SAME", "SAME_LOWER", "VALID", "CIRCULAR", "CAUSAL")
 
 #: ``"SAME"``, ``"VALID"``, ``"CIRCULAR"``, ``"CAUSAL"``, an int, or per-axis ints / pairs.
@@ -86,8 +88,13 @@ def _padding(layer: str, padding: Any, rank: int) -> str | tuple[tuple[int, int]
         raise _bad_padding(layer, padding, rank)
     pairs = []
     for item in padding:
-        pair = (item, item) if isinstance(item, int) else tuple(item) if isinstance(
-            item, (list, tuple)) else ()
+        pair = (
+            (item, item)
+            if isinstance(item, int)
+            else tuple(item)
+            if isinstance(item, (list, tuple))
+            else ()
+        )
         if len(pair) != 2 or any(
             isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in pair
         ):
@@ -189,7 +196,7 @@ class Conv(Module):
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         precision: Any = None,
-        kernel_init: Initializer = initializers.lecun_normal(),
+        kernel_init: Initializer = _DEFAULT_KERNEL_INIT,
         bias_init: Initializer = initializers.zeros,
         preferred_element_type: Dtype | None = None,
         rngs: Rngs,
@@ -350,7 +357,7 @@ class ConvTranspose(Module):
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         precision: Any = None,
-        kernel_init: Initializer = initializers.lecun_normal(),
+        kernel_init: Initializer = _DEFAULT_KERNEL_INIT,
         bias_init: Initializer = initializers.zeros,
         transpose_kernel: bool = False,
         preferred_element_type: Dtype | None = None,

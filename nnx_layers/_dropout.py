@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+
 from nnx_core import Module, Rngs
 
 __all__ = ["Dropout"]

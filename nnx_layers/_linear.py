@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+
 from nnx_core import Module, Param, Rngs
 
 from . import initializers
@@ -22,6 +23,8 @@ from .initializers import Initializer
 __all__ = ["Linear", "Embed"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+_DEFAULT_KERNEL_INIT = initializers.lecun_normal()
+_DEFAULT_EMBEDDING_INIT = initializers.variance_scaling(1.0, "fan_in", "normal", out_axis=0)
 
 
 class Linear(Module):
@@ -65,7 +68,7 @@ class Linear(Module):
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         precision: Any = None,
-        kernel_init: Initializer = initializers.lecun_normal(),
+        kernel_init: Initializer = _DEFAULT_KERNEL_INIT,
         bias_init: Initializer = initializers.zeros,
         preferred_element_type: Dtype | None = None,
         rngs: Rngs,
@@ -143,9 +146,7 @@ class Embed(Module):
         *,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
-        embedding_init: Initializer = initializers.variance_scaling(
-            1.0, "fan_in", "normal", out_axis=0
-        ),
+        embedding_init: Initializer = _DEFAULT_EMBEDDING_INIT,
         rngs: Rngs,
         embedding_metadata: Mapping[str, Any] = _EMPTY,
     ):

@@ -10,6 +10,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+
 from nnx_core import BatchStat, Module, Param, Rngs
 
 from . import initializers
@@ -54,7 +55,9 @@ def _moments(
     if not use_mean:
         return None, all_mean(jnp.mean(_square(x), axes, where=mask))
     if module.use_fast_variance:
-        mean, mean2 = all_mean((jnp.mean(x, axes, where=mask), jnp.mean(_square(x), axes, where=mask)))
+        mean, mean2 = all_mean(
+            (jnp.mean(x, axes, where=mask), jnp.mean(_square(x), axes, where=mask))
+        )
         return mean, jnp.maximum(0.0, mean2 - _square(mean))
     mean = all_mean(jnp.mean(x, axes, where=mask))
     centered = x - jnp.expand_dims(mean, axes)
@@ -322,9 +325,7 @@ class LayerNorm(Module):
         reduction_axes = canonical_axes("LayerNorm", self.reduction_axes, x.ndim)
         feature_axes = canonical_axes("LayerNorm", self.feature_axes, x.ndim)
         check_feature_size("LayerNorm", x, feature_axes, self.num_features)
-        x, scale, bias = promote_dtype(
-            (x, _value(self.scale), _value(self.bias)), dtype=self.dtype
-        )
+        x, scale, bias = promote_dtype((x, _value(self.scale), _value(self.bias)), dtype=self.dtype)
         mean, var = _moments(x, reduction_axes, module=self, use_mean=True, mask=mask)
         return _normalize(
             x, mean, var, scale=scale, bias=bias, module=self, axes=(reduction_axes, feature_axes)

@@ -5,6 +5,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+
 from nnx_core import Module
 
 __all__ = ["Sequential", "Flatten"]

@@ -410,7 +410,9 @@ def uniform(scale: float = 1e-2) -> Uniform:
     return Uniform(scale)
 
 
-def truncated_normal(stddev: float = 1e-2, lower: float = -2.0, upper: float = 2.0) -> TruncatedNormal:
+def truncated_normal(
+    stddev: float = 1e-2, lower: float = -2.0, upper: float = 2.0
+) -> TruncatedNormal:
     """Return a truncated-normal initializer (truncation in units of ``stddev``).
 
     Example:
@@ -425,6 +427,7 @@ def variance_scaling(
     scale: float,
     mode: str,
     distribution: str,
+    *,
     in_axis: int | Sequence[int] = -2,
     out_axis: int | Sequence[int] = -1,
     batch_axis: int | Sequence[int] = (),
@@ -439,7 +442,9 @@ def variance_scaling(
     return VarianceScaling(scale, mode, distribution, in_axis, out_axis, batch_axis)  # type: ignore[arg-type]
 
 
-def _preset(scale: float, mode: str, distribution: str, doc_name: str) -> Callable[..., VarianceScaling]:
+def _preset(
+    scale: float, mode: str, distribution: str, doc_name: str
+) -> Callable[..., VarianceScaling]:
     def factory(
         in_axis: int | Sequence[int] = -2,
         out_axis: int | Sequence[int] = -1,

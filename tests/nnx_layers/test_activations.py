@@ -10,8 +10,17 @@ from nnx_layers import activations
 
 X = jnp.linspace(-4.0, 4.0, 12).reshape(3, 4)
 TOP_LEVEL = [
-    "relu", "gelu", "silu", "swish", "tanh", "sigmoid", "softmax", "log_softmax", "elu",
-    "leaky_relu", "softplus",
+    "relu",
+    "gelu",
+    "silu",
+    "swish",
+    "tanh",
+    "sigmoid",
+    "softmax",
+    "log_softmax",
+    "elu",
+    "leaky_relu",
+    "softplus",
 ]
 
 
@@ -32,7 +41,9 @@ def test_top_level_exports(name):
 
 
 def test_keyword_arguments():
-    np.testing.assert_allclose(activations.gelu(X, approximate=False), fnnx.gelu(X, approximate=False))
+    np.testing.assert_allclose(
+        activations.gelu(X, approximate=False), fnnx.gelu(X, approximate=False)
+    )
     np.testing.assert_allclose(activations.softmax(X, axis=0), fnnx.softmax(X, axis=0), rtol=1e-6)
     np.testing.assert_allclose(activations.leaky_relu(X, 0.2), fnnx.leaky_relu(X, 0.2))
     np.testing.assert_allclose(activations.elu(X, alpha=0.5), fnnx.elu(X, alpha=0.5), rtol=1e-6)

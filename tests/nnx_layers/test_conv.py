@@ -1,12 +1,11 @@
 """Conv and ConvTranspose: parity with flax.nnx over padding/stride/dilation/group grids."""
 
 import flax.nnx as fnnx
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from nnx_core import Rngs
 
+from nnx_core import Rngs
 from nnx_layers import Conv, ConvTranspose
 from nnx_layers.initializers import zeros
 
@@ -87,7 +86,12 @@ def test_conv_unbatched_and_multi_batch_inputs(batch_shape, copy_params, assert_
 @pytest.mark.parametrize("input_dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
 @pytest.mark.parametrize(
     ("dtype", "param_dtype"),
-    [(None, jnp.float32), (jnp.bfloat16, jnp.float32), (None, jnp.bfloat16), (jnp.float16, jnp.float16)],
+    [
+        (None, jnp.float32),
+        (jnp.bfloat16, jnp.float32),
+        (None, jnp.bfloat16),
+        (jnp.float16, jnp.float16),
+    ],
 )
 def test_conv_dtypes_match_flax(input_dtype, dtype, param_dtype, copy_params, assert_close):
     options = {"dtype": dtype, "param_dtype": param_dtype}
@@ -114,7 +118,13 @@ def test_conv_default_init_matches_flax_from_the_same_key():
 
 def test_conv_stores_constructor_arguments():
     conv = Conv(
-        2, 3, [3, 3], [1, 2], padding=[[1, 1], [0, 0]], kernel_init=zeros, kernel_metadata={"a": 1},
+        2,
+        3,
+        [3, 3],
+        [1, 2],
+        padding=[[1, 1], [0, 0]],
+        kernel_init=zeros,
+        kernel_metadata={"a": 1},
         rngs=Rngs(0),
     )
     assert conv.kernel_size == (3, 3) and conv.strides == (1, 2)
@@ -140,14 +150,17 @@ def test_conv_bad_kernel_size(kernel_size):
         Conv(2, 3, kernel_size, kernel_init=zeros, rngs=Rngs(0))
 
 
-@pytest.mark.parametrize("padding", ["FULL", -1, [(1, 1, 1)], [(1, 1)] * 3, [1.5], [("a", 1)], [(0, -1)], None])
+@pytest.mark.parametrize(
+    "padding", ["FULL", -1, [(1, 1, 1)], [(1, 1)] * 3, [1.5], [("a", 1)], [(0, -1)], None]
+)
 def test_conv_bad_padding(padding):
     with pytest.raises(ValueError, match="Conv padding must be one of"):
         Conv(2, 3, (3, 3), padding=padding, kernel_init=zeros, rngs=Rngs(0))
 
 
 @pytest.mark.parametrize(
-    ("name", "value"), [("strides", 0), ("strides", (1, 2, 3)), ("input_dilation", -1), ("kernel_dilation", (1.5, 1))]
+    ("name", "value"),
+    [("strides", 0), ("strides", (1, 2, 3)), ("input_dilation", -1), ("kernel_dilation", (1.5, 1))],
 )
 def test_conv_bad_strides_and_dilations(name, value):
     with pytest.raises(ValueError, match=f"Conv {name} must be a positive int or 2 positive ints"):
@@ -171,7 +184,9 @@ def test_conv_bad_mask_shape():
 
 
 def test_conv_wrong_channels():
-    with pytest.raises(ValueError, match=r"Conv expects an input whose last axis is 4 \(in_features\)"):
+    with pytest.raises(
+        ValueError, match=r"Conv expects an input whose last axis is 4 \(in_features\)"
+    ):
         Conv(4, 8, (3, 3), kernel_init=zeros, rngs=Rngs(0))(jnp.ones((1, 5, 5, 3)))
 
 
@@ -213,7 +228,11 @@ def test_conv_transpose_matches_flax(rank, options, copy_params, assert_close):
 
 @pytest.mark.parametrize(
     ("input_dtype", "dtype", "param_dtype"),
-    [(jnp.bfloat16, None, jnp.float32), (jnp.float32, jnp.bfloat16, jnp.float32), (jnp.float16, None, jnp.float16)],
+    [
+        (jnp.bfloat16, None, jnp.float32),
+        (jnp.float32, jnp.bfloat16, jnp.float32),
+        (jnp.float16, None, jnp.float16),
+    ],
 )
 def test_conv_transpose_dtypes(input_dtype, dtype, param_dtype, copy_params, assert_close):
     options = {"strides": 2, "dtype": dtype, "param_dtype": param_dtype}

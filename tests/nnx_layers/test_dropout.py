@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from nnx_core import Module, Rngs
 
+from nnx_core import Module, Rngs
 from nnx_layers import Dropout, Linear
 
 
@@ -124,4 +124,6 @@ def test_training_without_rngs():
 def test_deterministic_none_needs_a_value():
     with pytest.raises(ValueError, match="Dropout has deterministic=None"):
         Dropout(0.5, deterministic=None)(jnp.ones(3))
-    np.testing.assert_array_equal(Dropout(0.5, deterministic=None)(jnp.ones(3), deterministic=True), jnp.ones(3))
+    np.testing.assert_array_equal(
+        Dropout(0.5, deterministic=None)(jnp.ones(3), deterministic=True), jnp.ones(3)
+    )

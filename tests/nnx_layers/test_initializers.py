@@ -20,10 +20,20 @@ PAIRS = [
     (init.constant(0.3), fnnx.initializers.constant(0.3)),
     (init.normal(0.02), fnnx.initializers.normal(0.02)),
     (init.uniform(0.5), fnnx.initializers.uniform(0.5)),
-    (init.truncated_normal(0.1, -1.0, 3.0), fnnx.initializers.truncated_normal(0.1, lower=-1.0, upper=3.0)),
-    (init.variance_scaling(2.0, "fan_out", "normal"), fnnx.initializers.variance_scaling(2.0, "fan_out", "normal")),
-    (init.variance_scaling(0.5, "fan_geo_avg", "uniform", in_axis=-1, out_axis=(0,)),
-     fnnx.initializers.variance_scaling(0.5, "fan_geo_avg", "uniform", in_axis=-1, out_axis=(0,))),
+    (
+        init.truncated_normal(0.1, -1.0, 3.0),
+        fnnx.initializers.truncated_normal(0.1, lower=-1.0, upper=3.0),
+    ),
+    (
+        init.variance_scaling(2.0, "fan_out", "normal"),
+        fnnx.initializers.variance_scaling(2.0, "fan_out", "normal"),
+    ),
+    (
+        init.variance_scaling(0.5, "fan_geo_avg", "uniform", in_axis=-1, out_axis=(0,)),
+        fnnx.initializers.variance_scaling(
+            0.5, "fan_geo_avg", "uniform", in_axis=-1, out_axis=(0,)
+        ),
+    ),
     (init.lecun_normal(), fnnx.initializers.lecun_normal()),
     (init.lecun_uniform(), fnnx.initializers.lecun_uniform()),
     (init.he_normal(), fnnx.initializers.he_normal()),
@@ -31,7 +41,10 @@ PAIRS = [
     (init.glorot_normal(), fnnx.initializers.glorot_normal()),
     (init.xavier_uniform(), fnnx.initializers.xavier_uniform()),
     (init.orthogonal(), fnnx.initializers.orthogonal()),
-    (init.orthogonal(scale=2.0, column_axis=0), fnnx.initializers.orthogonal(scale=2.0, column_axis=0)),
+    (
+        init.orthogonal(scale=2.0, column_axis=0),
+        fnnx.initializers.orthogonal(scale=2.0, column_axis=0),
+    ),
 ]
 
 
@@ -45,7 +58,10 @@ def test_same_values_as_flax(ours, theirs):
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 @pytest.mark.parametrize(
     ("ours", "theirs"),
-    [(init.normal(0.5), fnnx.initializers.normal(0.5)), (init.lecun_normal(), fnnx.initializers.lecun_normal())],
+    [
+        (init.normal(0.5), fnnx.initializers.normal(0.5)),
+        (init.lecun_normal(), fnnx.initializers.lecun_normal()),
+    ],
     ids=["normal", "lecun_normal"],
 )
 def test_same_values_as_flax_in_half_precision(ours, theirs, dtype):
@@ -56,7 +72,10 @@ def test_same_values_as_flax_in_half_precision(ours, theirs, dtype):
 
 def test_aliases_are_equal_value_objects():
     assert init.he_normal() == init.kaiming_normal() and init.he_uniform() == init.kaiming_uniform()
-    assert init.glorot_normal() == init.xavier_normal() and init.glorot_uniform() == init.xavier_uniform()
+    assert (
+        init.glorot_normal() == init.xavier_normal()
+        and init.glorot_uniform() == init.xavier_uniform()
+    )
     assert init.xavier_normal(batch_axis=0).batch_axis == 0
 
 
@@ -113,12 +132,16 @@ def test_value_semantics():
 
 
 def test_get_unknown_name_suggests():
-    with pytest.raises(ValueError, match="Unknown initializer 'lecun_norml'. Did you mean 'lecun_normal'"):
+    with pytest.raises(
+        ValueError, match="Unknown initializer 'lecun_norml'. Did you mean 'lecun_normal'"
+    ):
         init.get("lecun_norml")
 
 
 def test_get_bad_arguments():
-    with pytest.raises(ValueError, match="Initializer 'normal' does not accept arguments \\['std'\\]"):
+    with pytest.raises(
+        ValueError, match="Initializer 'normal' does not accept arguments \\['std'\\]"
+    ):
         init.get("normal", std=0.1)
 
 
@@ -130,7 +153,9 @@ def test_variance_scaling_bad_mode_and_distribution():
 
 
 def test_one_dimensional_shapes_are_rejected_where_fans_are_needed():
-    with pytest.raises(ValueError, match=r"needs a shape with at least 2 dimensions.*got shape \(5,\)"):
+    with pytest.raises(
+        ValueError, match=r"needs a shape with at least 2 dimensions.*got shape \(5,\)"
+    ):
         init.lecun_normal()(KEY, (5,))
     with pytest.raises(ValueError, match=r"orthogonal initializer needs a shape with at least 2"):
         init.orthogonal()(KEY, (5,))

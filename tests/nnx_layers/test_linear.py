@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from nnx_core import Param, Rngs
 
+from nnx_core import Param, Rngs
 from nnx_layers import Embed, Linear, initializers
 
 DTYPES = [None, jnp.float32, jnp.bfloat16, jnp.float16]
@@ -28,7 +28,9 @@ def test_signature_matches_flax_for_shared_arguments(ours, theirs):
         assert name in other, name
         if not callable(default) and name not in ("kernel_metadata", "bias_metadata"):
             assert default == other[name] or (default is None and other[name] is None), name
-    assert inspect.signature(ours.__init__).parameters["rngs"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert (
+        inspect.signature(ours.__init__).parameters["rngs"].kind is inspect.Parameter.KEYWORD_ONLY
+    )
 
 
 def test_linear_stores_every_constructor_argument():
@@ -138,7 +140,9 @@ def test_embed_default_init_matches_flax_from_the_same_key():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("param_dtype", PARAM_DTYPES)
 @pytest.mark.parametrize("id_dtype", [jnp.int32, jnp.uint8])
-def test_embed_matches_flax(num_embeddings, dtype, param_dtype, id_dtype, copy_params, assert_close):
+def test_embed_matches_flax(
+    num_embeddings, dtype, param_dtype, id_dtype, copy_params, assert_close
+):
     kwargs = dict(dtype=dtype, param_dtype=param_dtype)
     ours = Embed(num_embeddings, 3, **kwargs, embedding_init=initializers.zeros, rngs=Rngs(0))
     theirs = fnnx.Embed(

@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from nnx_core import BatchStat, Module, Param, Rngs
 
+from nnx_core import BatchStat, Module, Param, Rngs
 from nnx_layers import BatchNorm, LayerNorm, RMSNorm, initializers
 
 AFFINE = ["scale", "bias"]
@@ -40,7 +40,9 @@ BN_CASES = [
 def _bn_pair(shape, options):
     options = dict(options)
     num = options.pop("num", shape[-1])
-    return BatchNorm(num, **options, rngs=Rngs(0)), fnnx.BatchNorm(num, **options, rngs=fnnx.Rngs(0))
+    return BatchNorm(num, **options, rngs=Rngs(0)), fnnx.BatchNorm(
+        num, **options, rngs=fnnx.Rngs(0)
+    )
 
 
 @pytest.mark.parametrize(("shape", "options"), BN_CASES)
@@ -170,7 +172,9 @@ def test_layernorm_axis_name_averages_statistics_over_vmap():
 
 def test_batchnorm_errors():
     bn = BatchNorm(3, rngs=Rngs(0))
-    with pytest.raises(ValueError, match=r"BatchNorm expects 3 features over axes \(1,\), got shape \(2, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"BatchNorm expects 3 features over axes \(1,\), got shape \(2, 4\)"
+    ):
         bn(jnp.ones((2, 4)))
     with pytest.raises(TypeError, match="BatchNorm expects a floating-point input"):
         bn(jnp.ones((2, 3), jnp.int32))
@@ -232,9 +236,13 @@ DTYPE_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("cls", "flax_cls"), [(LayerNorm, fnnx.LayerNorm), (RMSNorm, fnnx.RMSNorm)])
+@pytest.mark.parametrize(
+    ("cls", "flax_cls"), [(LayerNorm, fnnx.LayerNorm), (RMSNorm, fnnx.RMSNorm)]
+)
 @pytest.mark.parametrize(("input_dtype", "dtype", "param_dtype"), DTYPE_CASES)
-def test_norm_dtypes_match_flax(cls, flax_cls, input_dtype, dtype, param_dtype, copy_params, assert_close):
+def test_norm_dtypes_match_flax(
+    cls, flax_cls, input_dtype, dtype, param_dtype, copy_params, assert_close
+):
     options = {"dtype": dtype, "param_dtype": param_dtype}
     ours, theirs = _norm_pair(cls, flax_cls, (3, 8), options)
     copy_params(ours, theirs, AFFINE if cls is LayerNorm else ["scale"])
@@ -242,7 +250,9 @@ def test_norm_dtypes_match_flax(cls, flax_cls, input_dtype, dtype, param_dtype, 
     assert_close(ours(x), theirs(x))
 
 
-@pytest.mark.parametrize(("cls", "flax_cls"), [(LayerNorm, fnnx.LayerNorm), (RMSNorm, fnnx.RMSNorm)])
+@pytest.mark.parametrize(
+    ("cls", "flax_cls"), [(LayerNorm, fnnx.LayerNorm), (RMSNorm, fnnx.RMSNorm)]
+)
 def test_norm_mask_matches_flax(cls, flax_cls, copy_params, assert_close):
     ours, theirs = _norm_pair(cls, flax_cls, (3, 6), {})
     copy_params(ours, theirs, AFFINE if cls is LayerNorm else ["scale"])
@@ -273,7 +283,9 @@ def test_norm_attributes_and_metadata():
 @pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
 def test_norm_errors(cls):
     name = cls.__name__
-    with pytest.raises(ValueError, match=rf"{name} expects 4 features over axes \(1,\), got shape \(2, 3\)"):
+    with pytest.raises(
+        ValueError, match=rf"{name} expects 4 features over axes \(1,\), got shape \(2, 3\)"
+    ):
         cls(4, rngs=Rngs(0))(jnp.ones((2, 3)))
     with pytest.raises(TypeError, match=f"{name} expects a floating-point input, got dtype int32"):
         cls(3, rngs=Rngs(0))(jnp.ones((2, 3), jnp.int32))

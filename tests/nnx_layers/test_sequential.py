@@ -4,8 +4,8 @@ import flax.nnx as fnnx
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from nnx_core import Rngs
 
+from nnx_core import Rngs
 from nnx_layers import Dropout, Flatten, Linear, Sequential, relu, tanh
 
 
@@ -38,7 +38,9 @@ def test_sequential_train_eval_reaches_nested_layers():
 
 
 def test_sequential_rejects_non_callables():
-    with pytest.raises(TypeError, match="Sequential layers must be callable .* got int 3 at position 1"):
+    with pytest.raises(
+        TypeError, match="Sequential layers must be callable .* got int 3 at position 1"
+    ):
         Sequential(relu, 3)
 
 
@@ -47,7 +49,9 @@ def test_empty_sequential_needs_exactly_one_input():
         Sequential()(1, 2)
 
 
-@pytest.mark.parametrize(("shape", "expected"), [((2, 3, 4), (2, 12)), ((5,), (5, 1)), ((3, 2), (3, 2))])
+@pytest.mark.parametrize(
+    ("shape", "expected"), [((2, 3, 4), (2, 12)), ((5,), (5, 1)), ((3, 2), (3, 2))]
+)
 def test_flatten(shape, expected):
     assert Flatten()(jnp.ones(shape)).shape == expected
 
@@ -58,5 +62,7 @@ def test_flatten_in_a_model():
 
 
 def test_flatten_rejects_scalars():
-    with pytest.raises(ValueError, match="Flatten expects an input with a leading batch axis, got a scalar"):
+    with pytest.raises(
+        ValueError, match="Flatten expects an input with a leading batch axis, got a scalar"
+    ):
         Flatten()(jnp.float32(1.0))
