@@ -78,9 +78,7 @@ def malformed(draw):
         elif how == "type":
             node["type"] = "no.such." + draw(st.text(alphabet="ABC", min_size=1, max_size=4))
         elif how == "scalar" and path:
-            at(model, path[:-1])[path[-1]] = draw(
-                st.one_of(st.integers(), st.text(max_size=4), st.none())
-            )
+            at(model, path[:-1])[path[-1]] = draw(st.one_of(st.integers(), st.text(max_size=4)))
         elif how == "number" and ints:
             node[draw(st.sampled_from(ints))] = draw(NOT_A_NUMBER)
         else:
