@@ -221,8 +221,8 @@ def is_node(x: Any) -> bool:
 class GraphDef:
     """The structure of a graph with no arrays: hashable, and equal for equal structures.
 
-    It can be a static argument of ``jax.jit`` without retracing, and ``merge(graphdef, state)``
-    rebuilds the graph from it.
+    It is a pytree with no leaves, so ``jax.jit`` takes it as an ordinary argument and retraces
+    only for a new structure, and ``merge(graphdef, state)`` rebuilds the graph from it.
     """
 
     __slots__ = ("spec", "paths", "_hash")
@@ -243,6 +243,10 @@ class GraphDef:
     def __repr__(self) -> str:
         root = self.spec[1].__name__ if self.spec[0] == "node" else self.spec[0]
         return f"GraphDef({root}, leaves={len(self.paths)})"
+
+
+# A pytree with no leaves (as in flax.nnx): plain jax.jit and tree functions accept it as is.
+jax.tree_util.register_static(GraphDef)
 
 
 # -- flatten -------------------------------------------------------------------------------------
@@ -303,6 +307,26 @@ def snapshot(x: Any, impl: NodeImpl) -> tuple[Any, ...]:
     return (hashable(aux), *((k, id(c)) for k, c in children))
 
 
+def _checks(snaps: list[tuple[Any, NodeImpl, Any]]) -> tuple[list[Any], ...]:
+    """The snapshots sorted by how cheaply they can be re-checked: empty containers (most
+    metadata dicts), lists and dicts (C-level tuple comparisons), then registered types."""
+    empty: list[Any] = []
+    lists: list[Any] = []
+    dicts: list[Any] = []
+    others: list[Any] = []
+    for x, impl, snap in snaps:
+        t = type(x)
+        if t in (list, dict) and not x:
+            empty.append(x)
+        elif t is list:
+            lists.append((x, snap))
+        elif t is dict:
+            dicts.append((x, snap[0], snap[1]))
+        else:
+            others.append((x, impl, snap))
+    return empty, lists, dicts, others
+
+
 class Plan:
     """A cached flattening of some roots: GraphDef plus the leaves in order.
 
@@ -310,7 +334,7 @@ class Plan:
     """
 
     __slots__ = ("roots", "graphdef", "leaves", "owners", "epoch", "snaps", "index",
-                 "partitions", "variables_only", "objs", "bounds")
+                 "partitions", "variables_only", "objs", "bounds", "_checks")
 
     def __init__(self, roots: tuple[Any, ...]):
         f = _Flattener()
@@ -328,15 +352,27 @@ class Plan:
         self.leaves = f.leaves
         self.owners = f.owners
         self.snaps = f.snaps
+        self._checks = _checks(f.snaps)
         self.epoch = _EPOCH[0]
         self.index: dict[Path, int] | None = None
         self.partitions: dict[Any, list[list[int]]] = {}
         self.variables_only = all(isinstance(v, Variable) for v in f.leaves)
 
     def valid(self) -> bool:
+        """Whether the cached flattening still describes the graph (a hot path: keep it lean)."""
         if self.epoch != _EPOCH[0]:
             return False
-        for x, impl, snap in self.snaps:
+        empty, lists, dicts, others = self._checks
+        for x in empty:
+            if x:
+                return False
+        for x, ids in lists:
+            if tuple(map(id, x)) != ids:
+                return False
+        for x, keys, ids in dicts:
+            if tuple(x) != keys or tuple(map(id, x.values())) != ids:
+                return False
+        for x, impl, snap in others:
             if snapshot(x, impl) != snap:
                 return False
         return True
@@ -365,6 +401,7 @@ class Plan:
     def refresh_snapshots(self) -> None:
         """After writing raw arrays into containers: their new identities are not a change."""
         self.snaps = [(x, impl, snapshot(x, impl)) for x, impl, _ in self.snaps]
+        self._checks = _checks(self.snaps)
 
     def path_index(self) -> dict[Path, int]:
         if self.index is None:

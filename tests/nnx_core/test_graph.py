@@ -52,16 +52,26 @@ def test_graphdef_ignores_values_and_shapes():
     assert nnx.graphdef(a) == nnx.graphdef(b)
 
 
+def test_graphdef_is_a_pytree_without_leaves():
+    graphdef = nnx.graphdef(Nested())
+    assert jax.tree_util.tree_leaves(graphdef) == []
+    assert jax.tree.map(lambda x: x, graphdef) == graphdef
+    assert jax.tree_util.tree_structure(graphdef) == jax.tree_util.tree_structure(
+        nnx.graphdef(Nested()))
+
+
 def test_graphdef_repr():
     assert repr(nnx.graphdef(Nested())) == "GraphDef(Nested, leaves=7)"
     assert repr(nnx.graphdef([nnx.Param(np.zeros(1))])) == "GraphDef(list, leaves=1)"
     assert repr(nnx.graphdef(3)) == "GraphDef(static, leaves=0)"
 
 
-def test_graphdef_as_a_static_jit_argument_does_not_retrace():
+@pytest.mark.parametrize(
+    "jit", [jax.jit, functools.partial(jax.jit, static_argnums=0)], ids=["pytree", "static"])
+def test_graphdef_as_a_jit_argument_does_not_retrace(jit):
     traces = []
 
-    @functools.partial(jax.jit, static_argnums=0)
+    @jit
     def total(graphdef, state):
         traces.append(1)
         return nnx.merge(graphdef, state).w.value.sum()

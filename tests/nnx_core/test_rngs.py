@@ -147,3 +147,5 @@ def test_an_unknown_stream_without_default_raises(get):
 def test_dunder_lookups_are_not_streams():
     rngs = nnx.Rngs(0)
     assert not hasattr(rngs, "__array__") and "x" not in rngs
+    with pytest.raises(AttributeError, match="^__nope__$"):
+        rngs.__nope__

@@ -53,6 +53,11 @@ def test_missing_attribute_lists_the_entries():
         make_state().nope
 
 
+def test_dunder_lookups_are_not_entries():
+    with pytest.raises(AttributeError, match="^__nope__$"):
+        nnx.State({"__nope__": 1}).__nope__
+
+
 def test_state_from_pairs():
     assert nnx.State([("a", 1), ("b", {"c": 2})]) == nnx.State({"a": 1, "b": {"c": 2}})
 

@@ -173,6 +173,7 @@ def test_metadata_survives_split_merge_clone_tree_map_and_copies():
     "action, error, match",
     [
         (lambda v: v.missing, AttributeError, r"Param has no metadata 'missing'.*metadata keys: \['a'\]"),
+        (lambda v: v.__nope__, AttributeError, "^__nope__$"),  # no metadata/value lookup
         (lambda v: setattr(v, "_value", 1), AttributeError, "_value is internal to Variable"),
         (lambda v: setattr(v, "_meta", {}), AttributeError, "_meta is internal to Variable"),
     ],
