@@ -270,7 +270,8 @@ class _Progress:
             self.bar.update(self.task, completed=step, loss=f"{loss:.4f}", rate=f"{rate:,.0f}")
 
     def print(self, text: str) -> None:
-        self.console.print(text)
+        if self.bar is not None:
+            self.console.print(text)
 
 
 @dataclasses.dataclass
@@ -367,7 +368,7 @@ def train(config: Any, *, run_dir: str | os.PathLike[str] | None = None, resume:
         mesh: a `jax.sharding.Mesh` with a ``data`` axis (and optionally ``model``), or a
             mapping such as ``{"data": 8}``; the batch is sharded over ``data`` and each Variable
             by its ``sharding_names`` where they name a mesh axis.
-        progress: show a progress bar.
+        progress: show a progress bar and the evaluations (``False``: print nothing).
         console: a `rich.console.Console` for the output (default: stdout).
         stop_at: stop after this step (as a preempted job would), checkpointing it.
 
@@ -395,7 +396,7 @@ def train(config: Any, *, run_dir: str | os.PathLike[str] | None = None, resume:
         bar.update(start, float("nan"), 0.0)
         checkpoint = _loop(plan, (model, optimizer), (start, end), place, log, bar)
         metrics = evaluate_model(model, plan.data)
-    if not log.records or log.records[-1].get("split") != "test" or log.records[-1]["step"] != end:
+    if end == plan.total:  # (a stopped run leaves the log as an uninterrupted run has it)
         log.write({"step": end, "split": "test", **metrics})
     plot_metrics(log.records, plan.run_dir / "metrics.png")
     return TrainResult(end, metrics["accuracy"], metrics["loss"], plan.run_dir, checkpoint,
