@@ -138,6 +138,11 @@ def _to_numpy(value: Any) -> tuple[np.ndarray, dict[str, Any]]:
         info["key_impl"] = str(jax.random.key_impl(value))
         value = jax.random.key_data(value)
         info["dtype"] = "key"
+    if isinstance(value, jax.Array) and not value.is_fully_addressable:
+        if not value.is_fully_replicated:
+            raise ValueError("save: an array sharded across hosts cannot be gathered on one host; "
+                             "replicate it first (jax.device_put with a replicated sharding).")
+        value = value.addressable_data(0)
     array = np.asarray(jax.device_get(value))
     info.setdefault("dtype", array.dtype.name)
     if array.dtype.name not in _NATIVE:

@@ -341,7 +341,17 @@ def _batch_placer(mesh: Any, batch_size: int) -> Any:
         raise ValueError(f"train.batch_size {batch_size} must be divisible by the mesh's data "
                          f"axis ({data_size}) to shard each batch evenly.")
     sharding = NamedSharding(mesh, PartitionSpec("data"))
-    return lambda x, y: (jax.device_put(x, sharding), jax.device_put(y, sharding))
+    if jax.process_count() == 1:
+        return lambda x, y: (jax.device_put(x, sharding), jax.device_put(y, sharding))
+    # many hosts: every process computes the same global batch and contributes its own rows
+    share = batch_size // jax.process_count()
+    rows = slice(jax.process_index() * share, (jax.process_index() + 1) * share)
+
+    def place(x: Any, y: Any) -> tuple[Any, Any]:
+        return (jax.make_array_from_process_local_data(sharding, x[rows], x.shape),
+                jax.make_array_from_process_local_data(sharding, y[rows], y.shape))
+
+    return place
 
 
 def _resume(plan: _Plan, model: Any, optimizer: Any, progress: _Progress) -> int:
@@ -433,10 +443,17 @@ def _loop(plan: _Plan, objects: tuple[Any, Any], span: tuple[int, int], place: A
             bar.print(f"step {step:>6}/{plan.total}  test loss {metrics['loss']:.4f}  "
                       f"accuracy {metrics['accuracy']:.2%}")
         if (plan.ckpt_every and step % plan.ckpt_every == 0) or step == span[1]:
-            checkpoint = save(model, step_directory(plan.ckpt_dir, step), optimizer=optimizer,
-                              config=plan.config, step=step)
-            rotate(plan.ckpt_dir, keep)
+            checkpoint = step_directory(plan.ckpt_dir, step)
+            if _is_main_process():
+                save(model, checkpoint, optimizer=optimizer, config=plan.config, step=step)
+                rotate(plan.ckpt_dir, keep)
     return checkpoint
+
+
+def _is_main_process() -> bool:
+    import jax
+
+    return jax.process_index() == 0
 
 
 def evaluate(config: Any, checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
