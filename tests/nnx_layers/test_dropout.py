@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import nnx_core
 from nnx_core import Module, Rngs
 from nnx_layers import Dropout, Linear
 
@@ -127,3 +128,12 @@ def test_deterministic_none_needs_a_value():
     np.testing.assert_array_equal(
         Dropout(0.5, deterministic=None)(jnp.ones(3), deterministic=True), jnp.ones(3)
     )
+
+
+def test_dropout_under_nnx_jit_advances_its_stream():
+    drop = Dropout(0.5, rngs=Rngs(dropout=0))
+    step = nnx_core.jit(lambda module, x: module(x))
+    a, b = step(drop, jnp.ones(32)), step(drop, jnp.ones(32))
+    assert int(drop.rngs.dropout.count.value) == 2
+    assert not bool((a == b).all())
+    np.testing.assert_array_equal(a, Dropout(0.5, rngs=Rngs(dropout=0))(jnp.ones(32)))

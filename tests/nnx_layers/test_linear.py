@@ -54,7 +54,7 @@ def test_linear_default_init_matches_flax_from_the_same_key():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("param_dtype", PARAM_DTYPES)
-@pytest.mark.parametrize(("batch_shape", "use_bias"), [((), True), ((2,), False), ((2, 3), True)])
+@pytest.mark.parametrize(("batch_shape", "use_bias"), [((2,), True), ((2, 3), False)])
 def test_linear_matches_flax(batch_shape, dtype, param_dtype, use_bias, copy_params, assert_close):
     kwargs = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype)
     ours = Linear(4, 3, **kwargs, kernel_init=initializers.zeros, rngs=Rngs(0))
@@ -136,10 +136,9 @@ def test_embed_default_init_matches_flax_from_the_same_key():
     np.testing.assert_array_equal(embed.embedding.value, expected)
 
 
-@pytest.mark.parametrize("num_embeddings", [1, 7])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("param_dtype", PARAM_DTYPES)
-@pytest.mark.parametrize("id_dtype", [jnp.int32, jnp.uint8])
+@pytest.mark.parametrize(("num_embeddings", "id_dtype"), [(1, jnp.int32), (7, jnp.uint8)])
 def test_embed_matches_flax(
     num_embeddings, dtype, param_dtype, id_dtype, copy_params, assert_close
 ):
