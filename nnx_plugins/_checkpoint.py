@@ -39,8 +39,14 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "CheckpointError", "save", "load", "read_manifest", "list_checkpoints", "latest_checkpoint",
-    "step_directory", "rotate",
+    "CheckpointError",
+    "save",
+    "load",
+    "read_manifest",
+    "list_checkpoints",
+    "latest_checkpoint",
+    "step_directory",
+    "rotate",
 ]
 
 FORMAT = "nnx-checkpoint"
@@ -49,8 +55,22 @@ TENSORS = "tensors.safetensors"
 MANIFEST = "manifest.json"
 _STEP_DIR = re.compile(r"step_(\d+)\Z")
 # dtypes safetensors' numpy API reads and writes natively
-_NATIVE = frozenset({"bool", "uint8", "int8", "uint16", "int16", "float16", "uint32", "int32",
-                     "float32", "uint64", "int64", "float64"})
+_NATIVE = frozenset(
+    {
+        "bool",
+        "uint8",
+        "int8",
+        "uint16",
+        "int16",
+        "float16",
+        "uint32",
+        "int32",
+        "float32",
+        "uint64",
+        "int64",
+        "float64",
+    }
+)
 
 
 class CheckpointError(ValueError):
@@ -89,7 +109,7 @@ def _kind_provider(cls: type) -> tuple[str, str | None]:
     from ._registry import default_registry
 
     name = nnx_core.variable_name(cls)
-    if name == f"{cls.__module__}.{cls.__qualname__}":  # automatic name: a plugin kind not loaded yet
+    if name == f"{cls.__module__}.{cls.__qualname__}":  # automatic name: plugin kind not loaded
         from ._lookup import load_variable_types
 
         load_variable_types()
@@ -100,7 +120,7 @@ def _kind_provider(cls: type) -> tuple[str, str | None]:
         return name, _distribution_of(cls.__module__)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _distribution_of(module: str) -> str | None:
     import importlib.metadata as metadata
 
@@ -140,15 +160,18 @@ def _to_numpy(value: Any) -> tuple[np.ndarray, dict[str, Any]]:
         info["dtype"] = "key"
     if isinstance(value, jax.Array) and not value.is_fully_addressable:
         if not value.is_fully_replicated:
-            raise ValueError("save: an array sharded across hosts cannot be gathered on one host; "
-                             "replicate it first (jax.device_put with a replicated sharding).")
+            raise ValueError(
+                "save: an array sharded across hosts cannot be gathered on one host; "
+                "replicate it first (jax.device_put with a replicated sharding)."
+            )
         value = value.addressable_data(0)
     array = np.asarray(jax.device_get(value))
     info.setdefault("dtype", array.dtype.name)
     if array.dtype.name not in _NATIVE:
         array = array.view(np.dtype(f"uint{8 * array.dtype.itemsize}"))
         info["stored_as"] = array.dtype.name
-    return np.ascontiguousarray(array).reshape(array.shape), info  # (ascontiguousarray gives 0-d arrays a dimension)
+    # (ascontiguousarray gives a 0-d array one dimension: keep the shape)
+    return np.ascontiguousarray(array).reshape(array.shape), info
 
 
 def _metadata_json(metadata: Mapping[str, Any]) -> dict[str, Any]:
@@ -162,21 +185,30 @@ def _metadata_json(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _collect(node: Any, prefix: str, tensors: dict[str, np.ndarray], entries: dict[str, Any]) -> None:
+def _collect(
+    node: Any, prefix: str, tensors: dict[str, np.ndarray], entries: dict[str, Any]
+) -> None:
     import nnx_core
 
     providers: dict[type, tuple[str, str | None]] = {}
     for path, variable in nnx_core.state(node).flat_state():
         key = _entry_key(prefix, path)
         if key in entries:
-            raise ValueError(f"{_format_path(prefix, path)}: two entries would be stored as {key!r}; "
-                             "rename an attribute so that paths stay distinct as text.")
+            raise ValueError(
+                f"{_format_path(prefix, path)}: two entries would be stored as {key!r}; "
+                "rename an attribute so that paths stay distinct as text."
+            )
         array, info = _to_numpy(variable.value)
         if type(variable) not in providers:
             providers[type(variable)] = _kind_provider(type(variable))
         kind, provider = providers[type(variable)]
-        entries[key] = {"path": list(path), "kind": kind, "provider": provider, **info,
-                        "metadata": _metadata_json(variable.metadata)}
+        entries[key] = {
+            "path": list(path),
+            "kind": kind,
+            "provider": provider,
+            **info,
+            "metadata": _metadata_json(variable.metadata),
+        }
         tensors[key] = array
 
 
@@ -220,8 +252,14 @@ def _write_manifest(manifest: dict[str, Any], path: str) -> None:
         os.fsync(handle.fileno())
 
 
-def save(model: Any, directory: str | os.PathLike[str], *, optimizer: Any = None,
-         config: Any = None, step: int | None = None) -> pathlib.Path:
+def save(
+    model: Any,
+    directory: str | os.PathLike[str],
+    *,
+    optimizer: Any = None,
+    config: Any = None,
+    step: int | None = None,
+) -> pathlib.Path:
     """Write ``model`` (and ``optimizer``'s state) to the checkpoint directory ``directory``.
 
     Args:
@@ -256,11 +294,19 @@ def save(model: Any, directory: str | os.PathLike[str], *, optimizer: Any = None
     if optimizer is not None:
         _collect(optimizer, "optimizer", tensors, entries)
     packages, plugins = _versions()
-    manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": step,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "config": _config_data(config), "has_optimizer": optimizer is not None,
-                "packages": packages, "plugins": plugins, "tensors": TENSORS,
-                "sha256": None, "entries": entries}
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "step": step,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "config": _config_data(config),
+        "has_optimizer": optimizer is not None,
+        "packages": packages,
+        "plugins": plugins,
+        "tensors": TENSORS,
+        "sha256": None,
+        "entries": entries,
+    }
     directory.parent.mkdir(parents=True, exist_ok=True)
     temporary = tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent)
     try:
@@ -303,8 +349,11 @@ def list_checkpoints(root: str | os.PathLike[str]) -> list[pathlib.Path]:
     root = pathlib.Path(root)
     if not root.is_dir():
         return []
-    found = [(int(m.group(1)), child) for child in root.iterdir()
-             if (m := _STEP_DIR.match(child.name)) and (child / MANIFEST).is_file()]
+    found = [
+        (int(m.group(1)), child)
+        for child in root.iterdir()
+        if (m := _STEP_DIR.match(child.name)) and (child / MANIFEST).is_file()
+    ]
     return [child for _, child in sorted(found)]
 
 
@@ -338,8 +387,13 @@ def _checkpoint_dir(directory: str | os.PathLike[str]) -> pathlib.Path:
         return latest
     if not directory.exists():
         raise CheckpointError(directory, ["no such directory."])
-    raise CheckpointError(directory, [f"no {MANIFEST} here and no step_N checkpoint below it "
-                                      "(was the save interrupted before its first checkpoint?)."])
+    raise CheckpointError(
+        directory,
+        [
+            f"no {MANIFEST} here and no step_N checkpoint below it "
+            "(was the save interrupted before its first checkpoint?)."
+        ],
+    )
 
 
 def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
@@ -357,11 +411,17 @@ def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(where, [f"{MANIFEST} is unreadable or corrupt: {error}"]) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointError(where, [f"{MANIFEST} is not an nnx checkpoint manifest "
-                                      f"(expected format {FORMAT!r})."])
+        raise CheckpointError(
+            where, [f"{MANIFEST} is not an nnx checkpoint manifest (expected format {FORMAT!r})."]
+        )
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(where, [f"format version {manifest.get('format_version')!r} is not "
-                                      f"supported (this nnx reads version {FORMAT_VERSION})."])
+        raise CheckpointError(
+            where,
+            [
+                f"format version {manifest.get('format_version')!r} is not "
+                f"supported (this nnx reads version {FORMAT_VERSION})."
+            ],
+        )
     manifest["directory"] = str(where)
     return manifest
 
@@ -375,10 +435,14 @@ def _read_tensors(where: pathlib.Path, manifest: Mapping[str, Any]) -> dict[str,
         raise CheckpointError(where, [f"{path.name} is missing."])
     digest = _sha256(path)
     if digest != manifest.get("sha256"):
-        raise CheckpointError(where, [
-            f"{path.name} is corrupt or truncated: its sha256 is {digest[:16]}... but the "
-            f"manifest records {str(manifest.get('sha256'))[:16]}... ({path.stat().st_size} "
-            "bytes on disk). Load an earlier checkpoint instead."])
+        raise CheckpointError(
+            where,
+            [
+                f"{path.name} is corrupt or truncated: its sha256 is {digest[:16]}... but the "
+                f"manifest records {str(manifest.get('sha256'))[:16]}... ({path.stat().st_size} "
+                "bytes on disk). Load an earlier checkpoint instead."
+            ],
+        )
     try:
         return load_file(str(path))
     except (SafetensorError, OSError) as error:
@@ -412,12 +476,19 @@ def _kind_type(name: str, provider: str | None) -> tuple[type | None, str | None
         source = provider or "an unknown distribution"
         dist = provider.split(" ")[0] if provider else None
         hint = f" Install it: pip install {dist}." if dist else ""
-        return None, (f"its Variable kind {name!r} is not installed (it was provided by {source} "
-                      f"when saved).{hint} ({error})")
+        return None, (
+            f"its Variable kind {name!r} is not installed (it was provided by {source} "
+            f"when saved).{hint} ({error})"
+        )
 
 
-def _fill(node: Any, prefix: str, manifest: Mapping[str, Any], tensors: Mapping[str, np.ndarray],
-          problems: list[str]) -> list[tuple[Any, Any]]:
+def _fill(
+    node: Any,
+    prefix: str,
+    manifest: Mapping[str, Any],
+    tensors: Mapping[str, np.ndarray],
+    problems: list[str],
+) -> list[tuple[Any, Any]]:
     import nnx_core
 
     entries = {k: v for k, v in manifest["entries"].items() if k.startswith(prefix + "/")}
@@ -428,8 +499,10 @@ def _fill(node: Any, prefix: str, manifest: Mapping[str, Any], tensors: Mapping[
         where = _format_path(prefix, path)
         info = entries.get(key)
         if info is None:
-            problems.append(f"{where}: missing from the checkpoint (the model has a "
-                            f"{type(variable).__name__} {tuple(variable.value.shape)} here).")
+            problems.append(
+                f"{where}: missing from the checkpoint (the model has a "
+                f"{type(variable).__name__} {tuple(variable.value.shape)} here)."
+            )
             continue
         seen.add(key)
         kind, trouble = _kind_type(info["kind"], info.get("provider"))
@@ -437,15 +510,19 @@ def _fill(node: Any, prefix: str, manifest: Mapping[str, Any], tensors: Mapping[
             problems.append(f"{where}: {trouble}")
             continue
         if not isinstance(variable, kind):
-            problems.append(f"{where}: the checkpoint holds a {info['kind']} but the model has a "
-                            f"{nnx_core.variable_name(type(variable))}.")
+            problems.append(
+                f"{where}: the checkpoint holds a {info['kind']} but the model has a "
+                f"{nnx_core.variable_name(type(variable))}."
+            )
             continue
         value = variable.value
         want_dtype = "key" if _is_key(value) else np.dtype(value.dtype).name
         want_shape = list(value.shape)
         if info["shape"] != want_shape or info["dtype"] != want_dtype:
-            problems.append(f"{where}: the checkpoint holds {info['dtype']}{tuple(info['shape'])} "
-                            f"but the model expects {want_dtype}{tuple(want_shape)}.")
+            problems.append(
+                f"{where}: the checkpoint holds {info['dtype']}{tuple(info['shape'])} "
+                f"but the model expects {want_dtype}{tuple(want_shape)}."
+            )
             continue
         if key not in tensors:
             problems.append(f"{where}: listed in the manifest but absent from the tensor file.")
@@ -453,9 +530,11 @@ def _fill(node: Any, prefix: str, manifest: Mapping[str, Any], tensors: Mapping[
         assignments.append((variable, _restore(tensors[key], info)))
     for key in sorted(set(entries) - seen):
         info = entries[key]
-        problems.append(f"{_format_path(prefix, info['path'])}: unexpected entry in the checkpoint "
-                        f"({info['kind']} {info['dtype']}{tuple(info['shape'])}); the model has "
-                        "nothing at this path.")
+        problems.append(
+            f"{_format_path(prefix, info['path'])}: unexpected entry in the checkpoint "
+            f"({info['kind']} {info['dtype']}{tuple(info['shape'])}); the model has "
+            "nothing at this path."
+        )
     return assignments
 
 
@@ -481,8 +560,13 @@ def _rebuild(where: pathlib.Path, manifest: Mapping[str, Any]) -> Any:
 
     config = manifest.get("config")
     if not isinstance(config, Mapping) or "model" not in config:
-        raise CheckpointError(where, ["the manifest has no model config to rebuild the model "
-                                      "from; pass the model: load(directory, into=model)."])
+        raise CheckpointError(
+            where,
+            [
+                "the manifest has no model config to rebuild the model "
+                "from; pass the model: load(directory, into=model)."
+            ],
+        )
     model_config = {"model": config["model"]}
     if "plugins" in config:
         model_config["plugins"] = config["plugins"]
@@ -530,12 +614,13 @@ def load(directory: str | os.PathLike[str], *, into: Any = None, optimizer: Any 
     assignments = _fill(model, "model", manifest, tensors, problems)
     if optimizer is not None:
         if not manifest.get("has_optimizer"):
-            problems.append("optimizer: the checkpoint holds no optimizer state (it was saved "
-                            "without optimizer=...).")
+            problems.append(
+                "optimizer: the checkpoint holds no optimizer state (it was saved "
+                "without optimizer=...)."
+            )
         else:
             assignments += _fill(optimizer, "optimizer", manifest, tensors, problems)
     if problems:
         raise CheckpointError(where, problems)
     _assign(assignments)
     return model
-

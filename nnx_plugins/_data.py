@@ -67,8 +67,10 @@ class Dataset:
         """
         steps = len(self.x_train) // batch_size
         if steps == 0:
-            raise DataError(f"{self.name} has {len(self.x_train)} training examples, fewer than "
-                            f"one batch of {batch_size}; lower train.batch_size.")
+            raise DataError(
+                f"{self.name} has {len(self.x_train)} training examples, fewer than "
+                f"one batch of {batch_size}; lower train.batch_size."
+            )
         return steps
 
     def batch(self, step: int, batch_size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -76,7 +78,7 @@ class Dataset:
         per_epoch = self.steps_per_epoch(batch_size)
         epoch, index = divmod(step, per_epoch)
         order = epoch_order(seed, epoch, len(self.x_train))
-        take = order[index * batch_size:(index + 1) * batch_size]
+        take = order[index * batch_size : (index + 1) * batch_size]
         return self.x_train[take], self.y_train[take]
 
 
@@ -121,8 +123,15 @@ def _digits_table() -> np.ndarray:
     return np.concatenate([bunch.data, bunch.target[:, None]], axis=1).astype(np.float32)
 
 
-def load_npz(path: str | os.PathLike[str], *, x: str = "x", y: str = "y", x_test: str = "x_test",
-             y_test: str = "y_test", test_fraction: float = 0.2) -> Dataset:
+def load_npz(
+    path: str | os.PathLike[str],
+    *,
+    x: str = "x",
+    y: str = "y",
+    x_test: str = "x_test",
+    y_test: str = "y_test",
+    test_fraction: float = 0.2,
+) -> Dataset:
     """Arrays from an ``.npz`` file (read without pickle); the test split is ``x_test``/``y_test``
     when present, else the last ``test_fraction`` of the examples.
 
@@ -140,8 +149,10 @@ def load_npz(path: str | os.PathLike[str], *, x: str = "x", y: str = "y", x_test
         raise DataError(f"data.path: cannot read {name!r} as an .npz file: {error}") from None
     for key in (x, y):
         if key not in arrays:
-            raise DataError(f"{name} has no array {key!r}; it holds {sorted(arrays)}. Set "
-                            f"data.x / data.y to the names of the inputs and labels.")
+            raise DataError(
+                f"{name} has no array {key!r}; it holds {sorted(arrays)}. Set "
+                f"data.x / data.y to the names of the inputs and labels."
+            )
     has_test = x_test in arrays and y_test in arrays
     xs, ys = arrays[x], arrays[y]
     if len(xs) != len(ys):
@@ -154,13 +165,24 @@ def load_npz(path: str | os.PathLike[str], *, x: str = "x", y: str = "y", x_test
         cut = len(xs) - max(1, int(round(len(xs) * test_fraction)))
         parts = (xs[:cut], ys[:cut], xs[cut:], ys[cut:])
     x_tr, y_tr, x_te, y_te = parts
-    return Dataset(np.asarray(x_tr, np.float32), np.asarray(y_tr, np.int32),
-                   np.asarray(x_te, np.float32), np.asarray(y_te, np.int32), os.path.basename(name))
+    return Dataset(
+        np.asarray(x_tr, np.float32),
+        np.asarray(y_tr, np.int32),
+        np.asarray(x_te, np.float32),
+        np.asarray(y_te, np.int32),
+        os.path.basename(name),
+    )
 
 
 def load_dataset(section: Any) -> Dataset:
     """The `Dataset` a validated ``data`` section describes."""
     if section.type == "digits":
         return load_digits(layout=section.layout)
-    return load_npz(section.path, x=section.x, y=section.y, x_test=section.x_test,
-                    y_test=section.y_test, test_fraction=section.test_fraction)
+    return load_npz(
+        section.path,
+        x=section.x,
+        y=section.y,
+        x_test=section.x_test,
+        y_test=section.y_test,
+        test_fraction=section.test_fraction,
+    )

@@ -80,9 +80,15 @@ def parse_mesh(text: str) -> dict[str, int]:
     for part in text.split(","):
         name, _, size = part.partition("=")
         name = name.strip()
-        if name not in ("data", "model") or name in axes or not size.strip().isdigit() or int(size) < 1:
-            raise ValueError(f"--mesh expects data=N or data=N,model=M with positive sizes, got "
-                             f"{text!r}.")
+        if (
+            name not in ("data", "model")
+            or name in axes
+            or not size.strip().isdigit()
+            or int(size) < 1
+        ):
+            raise ValueError(
+                f"--mesh expects data=N or data=N,model=M with positive sizes, got {text!r}."
+            )
         axes[name] = int(size)
     if "data" not in axes:
         raise ValueError(f"--mesh needs a 'data' axis (e.g. data=8), got {text!r}.")
@@ -105,7 +111,8 @@ def make_mesh(axes: Mapping[str, int]) -> Any:
         raise ValueError(
             f"--mesh data={sizes['data']},model={sizes['model']} needs {needed} devices but "
             f"{len(devices)} {devices[0].platform.upper()} device(s) are visible. On CPU, simulate "
-            f"more with XLA_FLAGS=--xla_force_host_platform_device_count={needed}.")
+            f"more with XLA_FLAGS=--xla_force_host_platform_device_count={needed}."
+        )
     grid = np.array(devices[:needed]).reshape(sizes["data"], sizes["model"])
     return Mesh(grid, ("data", "model"))
 
@@ -158,14 +165,22 @@ def _check_outputs(model: Any, data: Dataset, config: Any) -> None:
     try:
         out = nnx.eval_shape(lambda m: m(x), model)
     except Exception as error:  # noqa: BLE001 - reported with the input shape and the cause
-        raise config_problem(config, ("model",), f"the model cannot take a batch of the data "
-                             f"(input shape {x.shape}): {type(error).__name__}: {error}. For a "
-                             "convolution use data.layout: NHWC; for Linear first, flat.") from error
+        raise config_problem(
+            config,
+            ("model",),
+            f"the model cannot take a batch of the data "
+            f"(input shape {x.shape}): {type(error).__name__}: {error}. For a "
+            "convolution use data.layout: NHWC; for Linear first, flat.",
+        ) from error
     shape = getattr(out, "shape", None)
     if not isinstance(out, jax.ShapeDtypeStruct) or len(shape) != 2 or shape[-1] < data.num_classes:
-        raise config_problem(config, ("model",), f"the model must return logits of shape (batch, "
-                             f"{data.num_classes}) for the {data.num_classes} classes of "
-                             f"{data.name}, got {shape}.")
+        raise config_problem(
+            config,
+            ("model",),
+            f"the model must return logits of shape (batch, "
+            f"{data.num_classes}) for the {data.num_classes} classes of "
+            f"{data.name}, got {shape}.",
+        )
 
 
 def _trainable(section: Any) -> tuple[type, ...]:
@@ -188,8 +203,8 @@ def evaluate_model(model: Any, data: Dataset) -> dict[str, float]:
     model.eval()
     total_loss, correct = 0.0, 0
     for start in range(0, len(data.x_test), _EVAL_CHUNK):
-        x = data.x_test[start:start + _EVAL_CHUNK]
-        y = data.y_test[start:start + _EVAL_CHUNK]
+        x = data.x_test[start : start + _EVAL_CHUNK]
+        y = data.y_test[start : start + _EVAL_CHUNK]
         loss, hits = eval_step(model, x, y)
         total_loss += float(loss)
         correct += int(hits)
@@ -247,13 +262,25 @@ class _Progress:
         self.console = console or Console(highlight=False)
         self.bar = None
         if enabled:
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                       TimeElapsedColumn, TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
-            self.bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("loss {task.fields[loss]}"),
-                                TextColumn("{task.fields[rate]} ex/s"), TimeElapsedColumn(),
-                                TimeRemainingColumn(), console=self.console)
+            self.bar = Progress(
+                TextColumn("train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("loss {task.fields[loss]}"),
+                TextColumn("{task.fields[rate]} ex/s"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=self.console,
+            )
             self.task = self.bar.add_task("train", total=total, completed=start, loss="-", rate="-")
 
     def __enter__(self) -> _Progress:
@@ -296,8 +323,15 @@ def _plan(config: Any, run_dir: str | os.PathLike[str] | None) -> _Plan:
         run_dir = pathlib.Path("runs") / stem
     run_dir = pathlib.Path(run_dir)
     ckpt_dir = run_dir / sections["checkpoint"].dir
-    return _Plan(config, data, total, train_section.eval_interval or per_epoch,
-                 sections["checkpoint"].interval, ckpt_dir, run_dir)
+    return _Plan(
+        config,
+        data,
+        total,
+        train_section.eval_interval or per_epoch,
+        sections["checkpoint"].interval,
+        ckpt_dir,
+        run_dir,
+    )
 
 
 def _setup(plan: _Plan, mesh: Any) -> tuple[Any, Any]:
@@ -310,7 +344,9 @@ def _setup(plan: _Plan, mesh: Any) -> tuple[Any, Any]:
     _check_outputs(model, plan.data, plan.config)
     if mesh is not None:
         nnx.shard(model, mesh)
-    optimizer = nnx.Optimizer(model, sections["optimizer"].make(), wrt=_trainable(sections["optimizer"]))
+    optimizer = nnx.Optimizer(
+        model, sections["optimizer"].make(), wrt=_trainable(sections["optimizer"])
+    )
     if mesh is not None:
         _replicate_unplaced(optimizer, mesh)
     return model, optimizer
@@ -338,8 +374,10 @@ def _batch_placer(mesh: Any, batch_size: int) -> Any:
         return lambda x, y: (x, y)
     data_size = mesh.shape["data"]
     if batch_size % data_size:
-        raise ValueError(f"train.batch_size {batch_size} must be divisible by the mesh's data "
-                         f"axis ({data_size}) to shard each batch evenly.")
+        raise ValueError(
+            f"train.batch_size {batch_size} must be divisible by the mesh's data "
+            f"axis ({data_size}) to shard each batch evenly."
+        )
     sharding = NamedSharding(mesh, PartitionSpec("data"))
     if jax.process_count() == 1:
         return lambda x, y: (jax.device_put(x, sharding), jax.device_put(y, sharding))
@@ -348,8 +386,10 @@ def _batch_placer(mesh: Any, batch_size: int) -> Any:
     rows = slice(jax.process_index() * share, (jax.process_index() + 1) * share)
 
     def place(x: Any, y: Any) -> tuple[Any, Any]:
-        return (jax.make_array_from_process_local_data(sharding, x[rows], x.shape),
-                jax.make_array_from_process_local_data(sharding, y[rows], y.shape))
+        return (
+            jax.make_array_from_process_local_data(sharding, x[rows], x.shape),
+            jax.make_array_from_process_local_data(sharding, y[rows], y.shape),
+        )
 
     return place
 
@@ -365,9 +405,16 @@ def _resume(plan: _Plan, model: Any, optimizer: Any, progress: _Progress) -> int
     return step
 
 
-def train(config: Any, *, run_dir: str | os.PathLike[str] | None = None, resume: bool = False,
-          mesh: Any = None, progress: bool = True, console: Any = None,
-          stop_at: int | None = None) -> TrainResult:
+def train(
+    config: Any,
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    mesh: Any = None,
+    progress: bool = True,
+    console: Any = None,
+    stop_at: int | None = None,
+) -> TrainResult:
     """Train the model a config describes; see the module docstring.
 
     Args:
@@ -409,12 +456,26 @@ def train(config: Any, *, run_dir: str | os.PathLike[str] | None = None, resume:
     if end == plan.total:  # (a stopped run leaves the log as an uninterrupted run has it)
         log.write({"step": end, "split": "test", **metrics})
     plot_metrics(log.records, plan.run_dir / "metrics.png")
-    return TrainResult(end, metrics["accuracy"], metrics["loss"], plan.run_dir, checkpoint,
-                       time.perf_counter() - started, model, optimizer)
+    return TrainResult(
+        end,
+        metrics["accuracy"],
+        metrics["loss"],
+        plan.run_dir,
+        checkpoint,
+        time.perf_counter() - started,
+        model,
+        optimizer,
+    )
 
 
-def _loop(plan: _Plan, objects: tuple[Any, Any], span: tuple[int, int], place: Any, log: _Log,
-          bar: _Progress) -> pathlib.Path | None:
+def _loop(
+    plan: _Plan,
+    objects: tuple[Any, Any],
+    span: tuple[int, int],
+    place: Any,
+    log: _Log,
+    bar: _Progress,
+) -> pathlib.Path | None:
     model, optimizer = objects
     train_step, _ = _jitted()
     section = plan.config.sections["train"]
@@ -431,17 +492,25 @@ def _loop(plan: _Plan, objects: tuple[Any, Any], span: tuple[int, int], place: A
             now = time.perf_counter()
             mean_loss = float(np.mean([float(v) for v in losses]))
             rate = len(losses) * section.batch_size / max(now - window_start, 1e-9)
-            log.write({"step": step, "split": "train", "loss": mean_loss,
-                       "accuracy": float(np.mean([float(v) for v in accuracies])),
-                       "examples_per_second": rate})
+            log.write(
+                {
+                    "step": step,
+                    "split": "train",
+                    "loss": mean_loss,
+                    "accuracy": float(np.mean([float(v) for v in accuracies])),
+                    "examples_per_second": rate,
+                }
+            )
             bar.update(step, mean_loss, rate)
             losses, accuracies, window_start = [], [], now
         if step % plan.eval_every == 0 and step != span[1]:
             metrics = evaluate_model(model, plan.data)
             model.train()
             log.write({"step": step, "split": "test", **metrics})
-            bar.print(f"step {step:>6}/{plan.total}  test loss {metrics['loss']:.4f}  "
-                      f"accuracy {metrics['accuracy']:.2%}")
+            bar.print(
+                f"step {step:>6}/{plan.total}  test loss {metrics['loss']:.4f}  "
+                f"accuracy {metrics['accuracy']:.2%}"
+            )
         if (plan.ckpt_every and step % plan.ckpt_every == 0) or step == span[1]:
             checkpoint = step_directory(plan.ckpt_dir, step)
             if _is_main_process():

@@ -35,16 +35,24 @@ def _train(args: argparse.Namespace) -> int:
     console = Console(highlight=False)
     try:
         mesh = parse_mesh(args.mesh) if args.mesh else None
-        result = train(args.file, run_dir=args.run_dir, resume=args.resume, mesh=mesh,
-                       progress=not args.no_progress, console=console)
+        result = train(
+            args.file,
+            run_dir=args.run_dir,
+            resume=args.resume,
+            mesh=mesh,
+            progress=not args.no_progress,
+            console=console,
+        )
     except _errors() as error:
         print(str(error), file=sys.stderr)
         return 1
     except ValueError as error:  # --mesh / batch size / device count
         print(f"nnx: error: {error}", file=sys.stderr)
         return 1
-    console.print(f"trained {result.step} steps in {result.seconds:.1f} s; run directory "
-                  f"{result.run_dir}; checkpoint {result.checkpoint}")
+    console.print(
+        f"trained {result.step} steps in {result.seconds:.1f} s; run directory "
+        f"{result.run_dir}; checkpoint {result.checkpoint}"
+    )
     console.print(f"test accuracy: {result.test_accuracy:.2%} (test loss {result.test_loss:.4f})")
     return 0
 
@@ -57,8 +65,10 @@ def _eval(args: argparse.Namespace) -> int:
     except _errors() as error:
         print(str(error), file=sys.stderr)
         return 1
-    print(f"checkpoint {metrics['checkpoint']} (step {metrics['step']}): test accuracy "
-          f"{metrics['accuracy']:.2%} (test loss {metrics['loss']:.4f})")
+    print(
+        f"checkpoint {metrics['checkpoint']} (step {metrics['step']}): test accuracy "
+        f"{metrics['accuracy']:.2%} (test loss {metrics['loss']:.4f})"
+    )
     return 0
 
 
@@ -67,19 +77,35 @@ def add_commands(subparsers: Any) -> None:
     text = "train the model of a config file (progress, eval, checkpoints, metrics, plot)"
     parser = subparsers.add_parser("train", help=text, description=text)
     parser.set_defaults(handler=_train)
-    parser.add_argument("file", metavar="FILE", help="config with model/optimizer/data/train/checkpoint")
-    parser.add_argument("--run-dir", metavar="DIR", default=None,
-                        help="where metrics.jsonl, metrics.png and checkpoints/ go "
-                             "(default runs/<config name>)")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue from the newest checkpoint of the run directory")
-    parser.add_argument("--mesh", metavar="data=N[,model=M]", default=None,
-                        help="data-parallel (and model-sharded) training over N*M devices")
+    parser.add_argument(
+        "file", metavar="FILE", help="config with model/optimizer/data/train/checkpoint"
+    )
+    parser.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        default=None,
+        help="where metrics.jsonl, metrics.png and checkpoints/ go (default runs/<config name>)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest checkpoint of the run directory",
+    )
+    parser.add_argument(
+        "--mesh",
+        metavar="data=N[,model=M]",
+        default=None,
+        help="data-parallel (and model-sharded) training over N*M devices",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     text = "evaluate a checkpoint on the test split of a config's data"
     parser = subparsers.add_parser("eval", help=text, description=text)
     parser.set_defaults(handler=_eval)
     parser.add_argument("file", metavar="FILE")
-    parser.add_argument("--checkpoint", metavar="DIR", required=True,
-                        help="a checkpoint directory, or a directory of step_N checkpoints")
+    parser.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        required=True,
+        help="a checkpoint directory, or a directory of step_N checkpoints",
+    )

@@ -23,7 +23,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import inspect
+import operator
 import os
 import types
 import typing
@@ -127,7 +129,7 @@ def _plain(annotation: Any) -> tuple[Any, bool]:
             kept = [k for k in kept if k not in (int, bool)]
         if not kept:
             return None, schedule
-        return (kept[0] if len(kept) == 1 else typing.Union[tuple(kept)]), schedule
+        return functools.reduce(operator.or_, kept), schedule
     if origin in (list, tuple, dict):
         args = [_plain(a)[0] for a in typing.get_args(annotation)]
         if any(a is None for a in args if a is not Ellipsis):
@@ -178,9 +180,7 @@ def _check_dtype(value: Any, loc: tuple[Any, ...], problems: _Problems) -> None:
 
         np.dtype(value if isinstance(value, str) else "?invalid")
     except TypeError:
-        problems.add(
-            loc, f"expected a dtype name such as 'float32' or 'bfloat16'", value
-        )
+        problems.add(loc, "expected a dtype name such as 'float32' or 'bfloat16'", value)
 
 
 def _check_arguments(
@@ -292,8 +292,10 @@ def _resolve_arguments(
             )
         elif annotation == "dtype" and value is not None:
             value = jnp.dtype(value)
-        elif any(typing.get_origin(a) in (tuple, dict)
-                 for a in (annotation, *typing.get_args(annotation))):
+        elif any(
+            typing.get_origin(a) in (tuple, dict)
+            for a in (annotation, *typing.get_args(annotation))
+        ):
             value = pydantic.TypeAdapter(annotation).validate_python(value)
         resolved[name] = value
     return resolved

@@ -11,8 +11,7 @@ import pytest
 
 import nnx_core as nnx
 import nnx_plugins
-from nnx_plugins import CheckpointError, load, read_manifest, save
-from nnx_plugins import _checkpoint
+from nnx_plugins import CheckpointError, _checkpoint, load, read_manifest, save
 from nnx_plugins._checkpoint import latest_checkpoint, list_checkpoints, rotate, step_directory
 
 CNN = {
@@ -32,7 +31,9 @@ CNN = {
 
 @nnx.jit
 def train_step(model, optimizer, x, y):
-    loss = lambda m: optax.softmax_cross_entropy_with_integer_labels(m(x), y).mean()
+    def loss(m):
+        return optax.softmax_cross_entropy_with_integer_labels(m(x), y).mean()
+
     optimizer.update(model, nnx.grad(loss)(model))
 
 

@@ -44,10 +44,18 @@ def test_batches_are_a_pure_function_of_seed_and_step():
 
 
 def test_batch_larger_than_the_training_set():
-    data = Dataset(np.zeros((3, 2), np.float32), np.zeros(3, np.int32),
-                   np.zeros((1, 2), np.float32), np.zeros(1, np.int32), "tiny")
-    with pytest.raises(DataError, match=r"tiny has 3 training examples, fewer than one batch of 8; "
-                       r"lower train\.batch_size"):
+    data = Dataset(
+        np.zeros((3, 2), np.float32),
+        np.zeros(3, np.int32),
+        np.zeros((1, 2), np.float32),
+        np.zeros(1, np.int32),
+        "tiny",
+    )
+    with pytest.raises(
+        DataError,
+        match=r"tiny has 3 training examples, fewer than one batch of 8; "
+        r"lower train\.batch_size",
+    ):
         data.batch(0, 8, 0)
 
 
@@ -64,12 +72,27 @@ def test_npz_with_and_without_a_test_split(tmp_path):
     assert data.num_classes == 3 and data.name == "named.npz"
 
 
-@pytest.mark.parametrize("arrays, options, match", [
-    ({"x": np.ones((4, 2))}, {}, r"has no array 'y'; it holds \['x'\]\. Set data\.x / data\.y"),
-    ({"x": np.ones((4, 2)), "y": np.zeros(3, int)}, {}, r"'x' has 4 examples but 'y' has 3 labels"),
-    ({"x": np.ones((4, 2)), "y": np.zeros(4)}, {}, r"labels 'y' must be integer class indices, got float64"),
-    ({"x": np.array([object(), None], dtype=object), "y": np.zeros(2, int)}, {}, r"cannot read .* as an \.npz file"),
-])
+@pytest.mark.parametrize(
+    "arrays, options, match",
+    [
+        ({"x": np.ones((4, 2))}, {}, r"has no array 'y'; it holds \['x'\]\. Set data\.x / data\.y"),
+        (
+            {"x": np.ones((4, 2)), "y": np.zeros(3, int)},
+            {},
+            r"'x' has 4 examples but 'y' has 3 labels",
+        ),
+        (
+            {"x": np.ones((4, 2)), "y": np.zeros(4)},
+            {},
+            r"labels 'y' must be integer class indices, got float64",
+        ),
+        (
+            {"x": np.array([object(), None], dtype=object), "y": np.zeros(2, int)},
+            {},
+            r"cannot read .* as an \.npz file",
+        ),
+    ],
+)
 def test_npz_errors(tmp_path, arrays, options, match):
     np.savez(tmp_path / "d.npz", **arrays)
     with pytest.raises(DataError, match=match):

@@ -17,15 +17,21 @@ from nnx_plugins._train import make_mesh, parse_mesh
 
 # BatchNorm (BatchStats), Dropout (Rng state), Adam with a schedule (optimizer state, count).
 MLP = {
-    "model": {"type": "Sequential", "layers": [
-        {"type": "Linear", "in_features": 64, "out_features": 32},
-        {"type": "BatchNorm", "num_features": 32},
-        {"type": "relu"},
-        {"type": "Dropout", "rate": 0.2},
-        {"type": "Linear", "in_features": 32, "out_features": 10}]},
-    "optimizer": {"type": "adamw", "learning_rate": {"type": "cosine_decay_schedule",
-                                                     "init_value": 0.01, "decay_steps": 60},
-                  "clip_grad_norm": 5.0},
+    "model": {
+        "type": "Sequential",
+        "layers": [
+            {"type": "Linear", "in_features": 64, "out_features": 32},
+            {"type": "BatchNorm", "num_features": 32},
+            {"type": "relu"},
+            {"type": "Dropout", "rate": 0.2},
+            {"type": "Linear", "in_features": 32, "out_features": 10},
+        ],
+    },
+    "optimizer": {
+        "type": "adamw",
+        "learning_rate": {"type": "cosine_decay_schedule", "init_value": 0.01, "decay_steps": 60},
+        "clip_grad_norm": 5.0,
+    },
     "data": {"type": "digits", "layout": "flat"},
     "train": {"steps": 60, "batch_size": 32, "seed": 3, "eval_interval": 20, "log_interval": 5},
     "checkpoint": {"interval": 20, "keep": 2},
@@ -57,7 +63,9 @@ def test_short_run_learns_well_above_chance(full_run):
     assert full_run.test_accuracy > 0.85  # chance is 0.1
     assert full_run.checkpoint.name == "step_00000060"
     assert [p.name for p in sorted((full_run.run_dir / "checkpoints").iterdir())] == [
-        "step_00000040", "step_00000060"]
+        "step_00000040",
+        "step_00000060",
+    ]
 
 
 def test_metrics_log_and_plot(full_run):
@@ -98,8 +106,13 @@ def test_resume_without_a_checkpoint_starts_at_zero(tmp_path, capsys):
     from rich.console import Console
 
     config = {**MLP, "train": {**MLP["train"], "steps": 4, "eval_interval": 2}}
-    result = train(config, run_dir=tmp_path, resume=True, progress=True,
-                   console=Console(file=sys.stdout, width=120))
+    result = train(
+        config,
+        run_dir=tmp_path,
+        resume=True,
+        progress=True,
+        console=Console(file=sys.stdout, width=1000),
+    )
     assert result.step == 4
     out = capsys.readouterr().out
     assert "no checkpoint in" in out and "starting from step 0" in out
@@ -108,11 +121,11 @@ def test_resume_without_a_checkpoint_starts_at_zero(tmp_path, capsys):
 
 def test_trainable_filter_freezes_other_kinds(tmp_path):
     config = {
-        "model": {"type": "acme.GatedDense", "in_features": 64, "out_features": 10,
-                  "lora_rank": 4},
+        "model": {"type": "acme.GatedDense", "in_features": 64, "out_features": 10, "lora_rank": 4},
         "optimizer": {"type": "sgd", "learning_rate": 0.1, "trainable": ["acme.LoRAParam"]},
         "data": {"type": "digits", "layout": "flat"},
-        "train": {"steps": 3, "batch_size": 16}}
+        "train": {"steps": 3, "batch_size": 16},
+    }
     import nnx_plugins
 
     before = values(nnx_plugins.build(config, rngs=nnx.Rngs(0)))
@@ -133,16 +146,27 @@ def test_evaluate_refuses_a_checkpoint_of_another_model(full_run):
         evaluate(other, full_run.checkpoint)
 
 
-@pytest.mark.parametrize("model, data, match", [
-    ({"type": "Linear", "in_features": 64, "out_features": 5}, {"layout": "flat"},
-     r"model: the model must return logits of shape \(batch, 10\) for the 10 classes of digits, got \(2, 5\)"),
-    ({"type": "Linear", "in_features": 64, "out_features": 10}, {"layout": "NHWC"},
-     r"model: the model cannot take a batch of the data \(input shape \(2, 8, 8, 1\)\).*For a "
-     r"convolution use data\.layout: NHWC; for Linear first, flat"),
-])
+@pytest.mark.parametrize(
+    "model, data, match",
+    [
+        (
+            {"type": "Linear", "in_features": 64, "out_features": 5},
+            {"layout": "flat"},
+            r"model: the model must return logits of shape \(batch, 10\) for the 10 classes of digits, got \(2, 5\)",
+        ),
+        (
+            {"type": "Linear", "in_features": 64, "out_features": 10},
+            {"layout": "NHWC"},
+            r"model: the model cannot take a batch of the data \(input shape \(2, 8, 8, 1\)\).*For a "
+            r"convolution use data\.layout: NHWC; for Linear first, flat",
+        ),
+    ],
+)
 def test_model_that_does_not_fit_the_data(tmp_path, model, data, match):
     with pytest.raises(ConfigError, match=match):
-        train({"model": model, "data": {"type": "digits", **data}}, run_dir=tmp_path, progress=False)
+        train(
+            {"model": model, "data": {"type": "digits", **data}}, run_dir=tmp_path, progress=False
+        )
 
 
 def test_missing_npz_file(tmp_path):
@@ -156,12 +180,14 @@ def test_npz_training(tmp_path):
     x = rng.normal(size=(200, 3)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int64)
     np.savez(tmp_path / "d.npz", x=x, y=y)
-    (tmp_path / "c.yaml").write_text(textwrap.dedent("""\
+    (tmp_path / "c.yaml").write_text(
+        textwrap.dedent("""\
         model: {type: Linear, in_features: 3, out_features: 2}
         optimizer: {type: sgd, learning_rate: 0.5}
         data: {type: npz, path: d.npz, test_fraction: 0.25}
         train: {epochs: 5, batch_size: 25}
-        """))
+        """)
+    )
     result = train(tmp_path / "c.yaml", run_dir=tmp_path / "run", progress=False)
     assert result.step == 30 and result.test_accuracy > 0.9
 
@@ -185,21 +211,32 @@ def test_cli_reports_config_errors_with_locations(tmp_path, capsys):
     from nnx_plugins._cli import main
 
     config = tmp_path / "bad.yaml"
-    config.write_text("model: {type: Linear, in_features: 64, out_features: 10}\n"
-                      "optimizer: {type: adam, learning_rat: 0.1}\n")
+    config.write_text(
+        "model: {type: Linear, in_features: 64, out_features: 10}\n"
+        "optimizer: {type: adam, learning_rat: 0.1}\n"
+    )
     assert main(["train", str(config), "--run-dir", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err
     assert f"{config}:2:39: optimizer.learning_rat: unknown argument 'learning_rat'" in err
     assert "Did you mean 'learning_rate'?" in err
 
 
-@pytest.mark.parametrize("mesh, match", [
-    ("data=3", r"--mesh data=3,model=1 needs 3 devices but 1 CPU device\(s\) are visible.*"
-               r"xla_force_host_platform_device_count=3"),
-    ("pipeline=2", r"--mesh expects data=N or data=N,model=M with positive sizes, got 'pipeline=2'"),
-    ("data=0", r"--mesh expects data=N"),
-    ("model=2", r"--mesh needs a 'data' axis"),
-])
+@pytest.mark.parametrize(
+    "mesh, match",
+    [
+        (
+            "data=3",
+            r"--mesh data=3,model=1 needs 3 devices but 1 CPU device\(s\) are visible.*"
+            r"xla_force_host_platform_device_count=3",
+        ),
+        (
+            "pipeline=2",
+            r"--mesh expects data=N or data=N,model=M with positive sizes, got 'pipeline=2'",
+        ),
+        ("data=0", r"--mesh expects data=N"),
+        ("model=2", r"--mesh needs a 'data' axis"),
+    ],
+)
 def test_cli_mesh_errors(tmp_path, capsys, mesh, match):
     import re
 
@@ -232,23 +269,37 @@ def test_batch_must_divide_over_the_data_axis(tmp_path):
 
 # -- many devices ----------------------------------------------------------------------------
 def _run_with_devices(script, count):
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={count}",
-               JAX_PLATFORMS="cpu")
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                          timeout=600)
+    env = dict(
+        os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={count}", JAX_PLATFORMS="cpu"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
 
 SHARDED = {
-    "model": {"type": "Sequential", "layers": [
-        {"type": "Linear", "in_features": 64, "out_features": 32,
-         "kernel_metadata": {"sharding_names": [None, "model"]}},
-        {"type": "BatchNorm", "num_features": 32},
-        {"type": "relu"},
-        {"type": "Dropout", "rate": 0.2},
-        {"type": "Linear", "in_features": 32, "out_features": 10,
-         "kernel_metadata": {"sharding_names": ["model", None]}}]},
+    "model": {
+        "type": "Sequential",
+        "layers": [
+            {
+                "type": "Linear",
+                "in_features": 64,
+                "out_features": 32,
+                "kernel_metadata": {"sharding_names": [None, "model"]},
+            },
+            {"type": "BatchNorm", "num_features": 32},
+            {"type": "relu"},
+            {"type": "Dropout", "rate": 0.2},
+            {
+                "type": "Linear",
+                "in_features": 32,
+                "out_features": 10,
+                "kernel_metadata": {"sharding_names": ["model", None]},
+            },
+        ],
+    },
     "optimizer": {"type": "adam", "learning_rate": 0.01},
     "data": {"type": "digits", "layout": "flat"},
     "train": {"steps": 24, "batch_size": 32, "log_interval": 1, "eval_interval": 12},
@@ -280,8 +331,11 @@ def test_eight_devices_follow_the_one_device_loss_curve(tmp_path):
     curves = report["curves"]
     assert len(curves["one"]["loss"]) == 24
     for name in ("data8", "data4_model2"):
-        np.testing.assert_allclose(curves[name]["loss"], curves["one"]["loss"], rtol=2e-3, atol=2e-4)
+        np.testing.assert_allclose(
+            curves[name]["loss"], curves["one"]["loss"], rtol=2e-3, atol=2e-4
+        )
         assert curves[name]["accuracy"] == pytest.approx(curves["one"]["accuracy"], abs=0.01)
         assert curves[name]["devices"] == 8
     assert curves["data4_model2"]["spec"] == "P(None, 'model')"
-    assert curves["data8"]["spec"] == "P()"  # replicated: 'model' is not a mesh axis of size > 1 here
+    # replicated: 'model' is not a mesh axis of size > 1 here
+    assert curves["data8"]["spec"] == "P()"
