@@ -32,6 +32,7 @@ Path = tuple[Any, ...]
 Children = Sequence[tuple[Any, Any]]
 
 TRACE_ATTR = "_nnx_trace"  # the JAX trace a Module was created under (excluded from its children)
+PLAN_ATTR = "_nnx_plan"  # a Module's cached Plan (excluded from its children too)
 
 # -- the structure epoch -------------------------------------------------------------------------
 _EPOCH = [0]
@@ -65,7 +66,7 @@ class NodeImpl:
     identity: bool = True
     subclasses: bool = False
     mutable: bool = True
-    plan_slot: Any = None  # a slot descriptor on the node type that caches its Plan
+    plan_attr: str | None = None  # the key in the node's __dict__ that caches its Plan
 
 
 _IMPLS: dict[type, NodeImpl | None] = {}
@@ -432,8 +433,8 @@ def write_child(owner: Any, impl: NodeImpl | None, key: Any, value: Any) -> None
 def plan_for(node: Any) -> Plan:
     """The cached Plan of ``node`` (rebuilt only when its structure changed).
 
-    The Plan is cached on the node itself (a slot of Module), never in a global table: a Plan
-    refers to its root, so a global cache would keep every model ever split alive.
+    The Plan is cached on the node itself (in a Module's ``__dict__``), never in a global table:
+    a Plan refers to its root, so a global cache would keep every model ever split alive.
 
     Raises:
         TypeError: ``node`` is a bare Variable or array (it has no path inside a graph).
@@ -445,16 +446,13 @@ def plan_for(node: Any) -> Plan:
             "Put it in a container, e.g. nnx_core.split([value])."
         )
     impl = impl_for(type(node))
-    slot = impl.plan_slot if impl is not None else None
-    if slot is None:
+    attr = impl.plan_attr if impl is not None else None
+    if attr is None:
         return Plan((node,))
-    try:
-        plan = slot.__get__(node)
-    except AttributeError:  # slot not yet set
-        plan = None
-    if plan is None or plan.roots[0] is not node or not plan.valid():
-        plan = Plan((node,))
-        slot.__set__(node, plan)
+    d = node.__dict__
+    plan = d.get(attr)
+    if plan is None or plan.roots[0] is not node or not plan.valid():  # copies carry no Plan,
+        plan = d[attr] = Plan((node,))  # but check the root anyway
     return plan
 
 

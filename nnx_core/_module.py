@@ -6,12 +6,21 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from ._filters import Filter, to_predicate
-from ._graph import TRACE_ATTR, NodeImpl, bump_epoch, is_array, iter_nodes, register_internal
+from ._graph import (
+    PLAN_ATTR,
+    TRACE_ATTR,
+    NodeImpl,
+    bump_epoch,
+    is_array,
+    iter_nodes,
+    register_internal,
+)
 from ._tracing import TraceContextError, current_trace
 from ._variables import Intermediate, Variable, _describe, has_tracer, variable_name
 
 M = TypeVar("M", bound="Module")
 _MISSING = object()
+_HIDDEN = frozenset({TRACE_ATTR, PLAN_ATTR})  # bookkeeping in __dict__, not attributes
 
 
 class Module:
@@ -43,10 +52,6 @@ class Module:
         Param          2        20   80 B
     """
 
-    # __dict__ holds the attributes; _nnx_plan caches the graph Plan (see _graph.plan_for)
-    # outside __dict__, so it is neither an attribute nor kept alive by a global table.
-    __slots__ = ("__dict__", "__weakref__", "_nnx_plan")
-
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         obj = object.__new__(cls)
         object.__setattr__(obj, TRACE_ATTR, current_trace())
@@ -73,7 +78,7 @@ class Module:
 
     def __getstate__(self) -> dict[str, Any]:
         # copy, deepcopy and pickle: the attributes only (the trace token is not picklable)
-        return {k: v for k, v in self.__dict__.items() if k != TRACE_ATTR}
+        return {k: v for k, v in self.__dict__.items() if k not in _HIDDEN}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -159,7 +164,7 @@ class Module:
     def iter_children(self) -> Iterator[tuple[str, Module]]:
         """Yield ``(name, module)`` for the direct submodule attributes."""
         for name, value in sorted(vars(self).items()):
-            if isinstance(value, Module) and name != TRACE_ATTR:
+            if isinstance(value, Module) and name not in _HIDDEN:
                 yield name, value
 
     # -- display -----------------------------------------------------------------------------
@@ -214,7 +219,7 @@ def _repr(x: Any, indent: int, seen: set[int]) -> str:
         if id(x) in seen:
             return f"{type(x).__name__}(...)"
         seen.add(id(x))
-        items = sorted(kv for kv in vars(x).items() if kv[0] != TRACE_ATTR)
+        items = sorted(kv for kv in vars(x).items() if kv[0] not in _HIDDEN)
         if not items:
             return f"{type(x).__name__}()"
         body = "".join(f"{pad}{k}={_repr(v, indent + 1, seen)},\n" for k, v in items)
@@ -232,7 +237,7 @@ def _repr(x: Any, indent: int, seen: set[int]) -> str:
 
 
 def _module_flatten(m: Module) -> tuple[list[tuple[str, Any]], None]:
-    return sorted(kv for kv in vars(m).items() if kv[0] != TRACE_ATTR), None
+    return sorted(kv for kv in vars(m).items() if kv[0] not in _HIDDEN), None
 
 
 def _module_create_empty(t: type, aux: Any) -> Module:
@@ -259,7 +264,7 @@ register_internal(
         pop_key=lambda m, k: vars(m).pop(k),
         subclasses=True,
         mutable=False,  # attribute changes go through __setattr__, which bumps the epoch
-        plan_slot=Module._nnx_plan,  # type: ignore[attr-defined]
+        plan_attr=PLAN_ATTR,
     ),
 )
 

@@ -11,7 +11,7 @@ import pytest
 
 import nnx_core as nnx
 
-from .corpus import Cycle, Leaf, Nested, SharedSub, assert_same_values
+from .corpus import CORPUS, SHARING, Cycle, Leaf, Nested, SharedSub, assert_same_values
 
 
 def paths(node, *filters):
@@ -67,6 +67,26 @@ def test_other_values_are_static():
 
 def test_raw_arrays_are_state():
     assert paths(Net(), np.ndarray) == ["raw"]
+
+
+def test_bookkeeping_entries_are_not_attributes():
+    m = Leaf(2)
+    nnx.split(m)
+    assert set(vars(m)) == {"_nnx_trace", "_nnx_plan", "w", "n"}
+    assert list(nnx.state(m)) == ["w"] and "_nnx" not in repr(m)
+    assert set(m.__getstate__()) == {"w", "n"}
+
+
+def test_mixins_with_slots_are_allowed():
+    class Slotted:
+        __slots__ = ("extra",)
+
+    class Mixed(nnx.Module, Slotted):
+        def __init__(self):
+            self.w = nnx.Param(jnp.ones(1))
+
+    m = Mixed()
+    assert list(nnx.state(nnx.clone(m))) == ["w"]
 
 
 def test_no_super_init_needed_and_attributes_are_ordinary():
@@ -266,13 +286,21 @@ def test_summary_of_an_empty_module_and_unnamed_kinds():
 @pytest.mark.parametrize(
     "copier", [copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m))], ids=["deepcopy", "pickle"]
 )
-def test_deepcopy_and_pickle_keep_structure_and_sharing(copier):
-    m = Cycle()
+@pytest.mark.parametrize("name", CORPUS)
+def test_deepcopy_and_pickle_keep_structure_and_sharing(copier, name):
+    m = CORPUS[name]()
+    nnx.split(m)  # a cached Plan is not copied along
     c = copier(m)
-    assert c.me is c and c.parent.child.parent is c.parent and c.parent.w is not m.parent.w
     assert nnx.graphdef(c) == nnx.graphdef(m)
     assert_same_values(c, m)
-    c.parent.w.value = jnp.zeros(1)  # usable afterwards
+    SHARING[name](c)
+
+
+def test_a_deep_copy_is_independent():
+    m = Cycle()
+    c = copy.deepcopy(m)
+    assert c.me is c and c.parent.w is not m.parent.w
+    c.parent.w.value = jnp.zeros(1)
     assert m.parent.w.value.tolist() == [1.0]
 
 

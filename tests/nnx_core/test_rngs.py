@@ -148,4 +148,4 @@ def test_dunder_lookups_are_not_streams():
     rngs = nnx.Rngs(0)
     assert not hasattr(rngs, "__array__") and "x" not in rngs
     with pytest.raises(AttributeError, match="^__nope__$"):
-        rngs.__nope__
+        getattr(rngs, "__nope__")  # noqa: B009

@@ -50,12 +50,12 @@ def test_equality_and_unhashability():
 def test_missing_attribute_lists_the_entries():
     with pytest.raises(AttributeError, match=r"State has no entry 'nope'; entries: "
                                              r"\['enc', 'layers', 'n'\]"):
-        make_state().nope
+        _ = make_state().nope
 
 
 def test_dunder_lookups_are_not_entries():
     with pytest.raises(AttributeError, match="^__nope__$"):
-        nnx.State({"__nope__": 1}).__nope__
+        _ = nnx.State({"__nope__": 1}).__nope__
 
 
 def test_state_from_pairs():
