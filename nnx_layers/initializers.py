@@ -161,8 +161,8 @@ class Normal(_Base):
     Example:
         >>> import jax
         >>> from nnx_layers.initializers import normal
-        >>> normal(stddev=0.02)(jax.random.key(0), (4, 5)).shape
-        (4, 5)
+        >>> normal(stddev=0.02)(jax.random.key(0), (2, 3)).shape
+        (2, 3)
     """
 
     name: ClassVar[str] = "normal"
@@ -181,7 +181,7 @@ class Uniform(_Base):
     Example:
         >>> import jax
         >>> from nnx_layers.initializers import uniform
-        >>> x = uniform(scale=2.0)(jax.random.key(0), (100,))
+        >>> x = uniform(scale=2.0)(jax.random.key(0), (6,))
         >>> bool((x >= 0).all() and (x < 2).all())
         True
     """
@@ -202,7 +202,7 @@ class TruncatedNormal(_Base):
     Example:
         >>> import jax
         >>> from nnx_layers.initializers import truncated_normal
-        >>> x = truncated_normal(stddev=1.0)(jax.random.key(0), (1000,))
+        >>> x = truncated_normal(stddev=1.0)(jax.random.key(0), (6,))
         >>> bool((abs(x) <= 2.0).all())
         True
     """
@@ -260,8 +260,8 @@ class VarianceScaling(_Base):
         >>> import jax
         >>> from nnx_layers.initializers import VarianceScaling
         >>> init = VarianceScaling(2.0, "fan_in", "normal")
-        >>> init(jax.random.key(0), (3, 3, 8, 16)).shape
-        (3, 3, 8, 16)
+        >>> init(jax.random.key(0), (1, 1, 2, 3)).shape
+        (1, 1, 2, 3)
     """
 
     name: ClassVar[str] = "variance_scaling"

@@ -1,0 +1,52 @@
+"""The package's public names and its entry points."""
+
+import inspect
+from pathlib import Path
+
+import tomllib
+
+import nnx_layers
+from nnx_core import Rngs
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+
+def test_public_names():
+    entry_points = tomllib.loads(PYPROJECT.read_text())["project"]["entry-points"]["nnx.layers"]
+    builtin = {name for name, target in entry_points.items() if target.startswith("nnx_layers:")}
+    assert set(nnx_layers.__all__) == builtin | {"initializers", "activations"}
+    for name, target in entry_points.items():
+        if target.startswith("nnx_layers:"):
+            assert getattr(nnx_layers, target.split(":")[1]) is not None, name
+
+
+def test_every_public_name_has_a_docstring_example():
+    for name in nnx_layers.__all__:
+        doc = inspect.getdoc(getattr(nnx_layers, name)) or ""
+        assert ">>>" in doc, name
+
+
+def test_layer_constructors_take_keyword_only_rngs():
+    for name in ["Linear", "Embed", "Conv", "ConvTranspose", "BatchNorm", "LayerNorm", "RMSNorm"]:
+        parameters = inspect.signature(getattr(nnx_layers, name)).parameters
+        assert parameters["rngs"].kind is inspect.Parameter.KEYWORD_ONLY, name
+
+
+def test_every_constructor_argument_is_stored_under_its_name():
+    zeros = nnx_layers.initializers.zeros
+    layers = [
+        nnx_layers.Linear(2, 3, kernel_init=zeros, rngs=Rngs(0)),
+        nnx_layers.Embed(4, 3, embedding_init=zeros, rngs=Rngs(0)),
+        nnx_layers.Conv(2, 3, (3, 3), kernel_init=zeros, rngs=Rngs(0)),
+        nnx_layers.ConvTranspose(2, 3, 3, kernel_init=zeros, rngs=Rngs(0)),
+        nnx_layers.BatchNorm(3, rngs=Rngs(0)),
+        nnx_layers.LayerNorm(3, rngs=Rngs(0)),
+        nnx_layers.RMSNorm(3, rngs=Rngs(0)),
+        nnx_layers.Dropout(0.5),
+        nnx_layers.Sequential(nnx_layers.relu),
+        nnx_layers.Flatten(),
+    ]
+    for layer in layers:
+        for name in inspect.signature(type(layer)).parameters:
+            if name != "rngs":
+                assert hasattr(layer, name), f"{type(layer).__name__}.{name}"
