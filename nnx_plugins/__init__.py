@@ -53,8 +53,8 @@ _EXPORTS = {
     "Parallel": "._containers",
     # training and checkpoints
     "save": "._checkpoint",
-    "load": "._checkpoint",
-    "read_manifest": "._checkpoint",
+    "load": "._checkpoint_load",
+    "read_manifest": "._checkpoint_load",
     "CheckpointError": "._checkpoint",
     "train": "._train",
     "evaluate": "._train",
@@ -80,6 +80,10 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from ._checkpoint import CheckpointError as CheckpointError
+    from ._checkpoint import save as save
+    from ._checkpoint_load import load as load
+    from ._checkpoint_load import read_manifest as read_manifest
     from ._config import Config as Config
     from ._config import build as build
     from ._config import load_config as load_config
@@ -110,3 +114,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from ._registry import Registry as Registry
     from ._registry import default_registry as default_registry
     from ._registry import set_default_registry as set_default_registry
+    from ._train import TrainResult as TrainResult
+    from ._train import evaluate as evaluate
+    from ._train import train as train
+    from ._train_config import load_train_config as load_train_config

@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from ._checkpoint import latest_checkpoint, load, read_manifest, rotate, save, step_directory
+from ._checkpoint import latest_checkpoint, rotate, save, step_directory
+from ._checkpoint_load import load, read_manifest
 from ._data import Dataset, load_dataset
 from ._train_config import load_train_config
 

@@ -1,0 +1,286 @@
+"""Reading checkpoints: `read_manifest` and `load`, with every mismatch reported by path.
+
+See `nnx_plugins._checkpoint` for the format. Nothing is assigned to the model unless the whole
+checkpoint fits it.
+
+Example:
+    >>> import os, tempfile
+    >>> import nnx_plugins
+    >>> model = nnx_plugins.build({"type": "Linear", "in_features": 2, "out_features": 3})
+    >>> where = nnx_plugins.save(model, os.path.join(tempfile.mkdtemp(), "c"), step=4)
+    >>> nnx_plugins.read_manifest(where)["entries"]["model/kernel"]["shape"]
+    [2, 3]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ._checkpoint import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    TENSORS,
+    CheckpointError,
+    _entry_key,
+    _format_path,
+    _sha256,
+    latest_checkpoint,
+)
+
+__all__ = ["read_manifest", "load"]
+
+
+def _checkpoint_dir(directory: str | os.PathLike[str]) -> pathlib.Path:
+    directory = pathlib.Path(directory)
+    if (directory / MANIFEST).is_file():
+        return directory
+    latest = latest_checkpoint(directory)
+    if latest is not None:
+        return latest
+    if not directory.exists():
+        raise CheckpointError(directory, ["no such directory."])
+    raise CheckpointError(
+        directory,
+        [
+            f"no {MANIFEST} here and no step_N checkpoint below it "
+            "(was the save interrupted before its first checkpoint?)."
+        ],
+    )
+
+
+def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """The manifest of the checkpoint at ``directory`` (or of the newest one below it).
+
+    The returned dict has an extra ``"directory"`` key: the checkpoint directory it came from.
+
+    Raises:
+        CheckpointError: no checkpoint there, or the manifest is not a valid manifest.
+    """
+    where = _checkpoint_dir(directory)
+    try:
+        with open(where / MANIFEST, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(where, [f"{MANIFEST} is unreadable or corrupt: {error}"]) from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CheckpointError(
+            where, [f"{MANIFEST} is not an nnx checkpoint manifest (expected format {FORMAT!r})."]
+        )
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            where,
+            [
+                f"format version {manifest.get('format_version')!r} is not "
+                f"supported (this nnx reads version {FORMAT_VERSION})."
+            ],
+        )
+    manifest["directory"] = str(where)
+    return manifest
+
+
+def _read_tensors(where: pathlib.Path, manifest: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    path = where / manifest.get("tensors", TENSORS)
+    if not path.is_file():
+        raise CheckpointError(where, [f"{path.name} is missing."])
+    digest = _sha256(path)
+    if digest != manifest.get("sha256"):
+        raise CheckpointError(
+            where,
+            [
+                f"{path.name} is corrupt or truncated: its sha256 is {digest[:16]}... but the "
+                f"manifest records {str(manifest.get('sha256'))[:16]}... ({path.stat().st_size} "
+                "bytes on disk). Load an earlier checkpoint instead."
+            ],
+        )
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as error:
+        raise CheckpointError(where, [f"{path.name} cannot be read: {error}"]) from None
+
+
+def _restore(array: np.ndarray, info: Mapping[str, Any]) -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    if "stored_as" in info:
+        import ml_dtypes  # noqa: F401  (registers bfloat16 & co. with numpy)
+
+        array = array.view(np.dtype(info["dtype"]))
+    if info.get("dtype") == "key":
+        return jax.random.wrap_key_data(jnp.asarray(array), impl=info["key_impl"])
+    return jnp.asarray(array)
+
+
+def _kind_type(name: str, provider: str | None) -> tuple[type | None, str | None]:
+    import nnx_core
+
+    from ._errors import PluginError
+    from ._lookup import get_variable_type
+
+    with contextlib.suppress(KeyError):
+        return nnx_core.variable_type(name), None
+    try:
+        return get_variable_type(name), None
+    except PluginError as error:
+        source = provider or "an unknown distribution"
+        dist = provider.split(" ")[0] if provider else None
+        hint = f" Install it: pip install {dist}." if dist else ""
+        return None, (
+            f"its Variable kind {name!r} is not installed (it was provided by {source} "
+            f"when saved).{hint} ({error})"
+        )
+
+
+def _fill(
+    node: Any,
+    prefix: str,
+    manifest: Mapping[str, Any],
+    tensors: Mapping[str, np.ndarray],
+    problems: list[str],
+) -> list[tuple[Any, Any]]:
+    import nnx_core
+
+    entries = {k: v for k, v in manifest["entries"].items() if k.startswith(prefix + "/")}
+    assignments = []
+    seen = set()
+    for path, variable in nnx_core.state(node).flat_state():
+        key = _entry_key(prefix, path)
+        where = _format_path(prefix, path)
+        info = entries.get(key)
+        if info is None:
+            problems.append(
+                f"{where}: missing from the checkpoint (the model has a "
+                f"{type(variable).__name__} {tuple(variable.value.shape)} here)."
+            )
+            continue
+        seen.add(key)
+        kind, trouble = _kind_type(info["kind"], info.get("provider"))
+        if trouble:
+            problems.append(f"{where}: {trouble}")
+            continue
+        if not isinstance(variable, kind):
+            problems.append(
+                f"{where}: the checkpoint holds a {info['kind']} but the model has a "
+                f"{nnx_core.variable_name(type(variable))}."
+            )
+            continue
+        value = variable.value
+        want_dtype = "key" if _is_key(value) else np.dtype(value.dtype).name
+        want_shape = list(value.shape)
+        if info["shape"] != want_shape or info["dtype"] != want_dtype:
+            problems.append(
+                f"{where}: the checkpoint holds {info['dtype']}{tuple(info['shape'])} "
+                f"but the model expects {want_dtype}{tuple(want_shape)}."
+            )
+            continue
+        if key not in tensors:
+            problems.append(f"{where}: listed in the manifest but absent from the tensor file.")
+            continue
+        assignments.append((variable, _restore(tensors[key], info)))
+    for key in sorted(set(entries) - seen):
+        info = entries[key]
+        problems.append(
+            f"{_format_path(prefix, info['path'])}: unexpected entry in the checkpoint "
+            f"({info['kind']} {info['dtype']}{tuple(info['shape'])}); the model has "
+            "nothing at this path."
+        )
+    return assignments
+
+
+def _is_key(value: Any) -> bool:
+    import jax
+    import jax.numpy as jnp
+
+    return isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key)
+
+
+def _assign(assignments: list[tuple[Any, Any]]) -> None:
+    import jax
+
+    for variable, value in assignments:
+        sharding = getattr(variable.value, "sharding", None)
+        if sharding is not None and not _is_key(value):
+            value = jax.device_put(value, sharding)
+        variable.value = value
+
+
+def _rebuild(where: pathlib.Path, manifest: Mapping[str, Any]) -> Any:
+    from ._config import build
+
+    config = manifest.get("config")
+    if not isinstance(config, Mapping) or "model" not in config:
+        raise CheckpointError(
+            where,
+            [
+                "the manifest has no model config to rebuild the model "
+                "from; pass the model: load(directory, into=model)."
+            ],
+        )
+    model_config = {"model": config["model"]}
+    if "plugins" in config:
+        model_config["plugins"] = config["plugins"]
+    return build(model_config)
+
+
+def load(directory: str | os.PathLike[str], *, into: Any = None, optimizer: Any = None) -> Any:
+    """Load a checkpoint: into ``into`` (a Module), or into a model rebuilt from its config.
+
+    ``directory`` is a checkpoint directory or a directory of ``step_N`` checkpoints (the newest
+    is loaded). Nothing is modified unless every entry fits.
+
+    Args:
+        directory: where the checkpoint is.
+        into: the model to fill in place; when omitted the model is rebuilt with `build` from
+            the manifest's config.
+        optimizer: an `nnx_core.Optimizer` to fill with the saved optimizer state.
+
+    Returns:
+        The model.
+
+    Raises:
+        CheckpointError: listing by path every missing or unexpected entry, shape/dtype/kind
+            mismatch and unknown Variable kind (with the distribution that provided it); or a
+            corrupt/truncated tensor file (checksum mismatch) or manifest.
+
+    Example:
+        >>> import os, tempfile
+        >>> import nnx_plugins
+        >>> from nnx_plugins import CheckpointError
+        >>> small = nnx_plugins.build({"type": "Linear", "in_features": 2, "out_features": 3})
+        >>> where = nnx_plugins.save(small, os.path.join(tempfile.mkdtemp(), "c"))
+        >>> big = nnx_plugins.build({"type": "Linear", "in_features": 4, "out_features": 3})
+        >>> try:
+        ...     nnx_plugins.load(where, into=big)
+        ... except CheckpointError as error:
+        ...     print(error.problems[0])
+        model.kernel: the checkpoint holds float32(2, 3) but the model expects float32(4, 3).
+    """
+    manifest = read_manifest(directory)
+    where = pathlib.Path(manifest["directory"])
+    tensors = _read_tensors(where, manifest)
+    model = _rebuild(where, manifest) if into is None else into
+    problems: list[str] = []
+    assignments = _fill(model, "model", manifest, tensors, problems)
+    if optimizer is not None:
+        if not manifest.get("has_optimizer"):
+            problems.append(
+                "optimizer: the checkpoint holds no optimizer state (it was saved "
+                "without optimizer=...)."
+            )
+        else:
+            assignments += _fill(optimizer, "optimizer", manifest, tensors, problems)
+    if problems:
+        raise CheckpointError(where, problems)
+    _assign(assignments)
+    return model
