@@ -313,16 +313,35 @@ class _Plan:
     run_dir: pathlib.Path
 
 
-def _plan(config: Any, run_dir: str | os.PathLike[str] | None) -> _Plan:
+def _run_dir(config: Any, run_dir: str | os.PathLike[str] | None, resume: bool) -> pathlib.Path:
+    """The run directory; the default ``runs/<name>`` becomes ``runs/<name>-2``, ... rather than
+    mixing a new run with an old run's checkpoints (``resume`` picks the newest of them)."""
+    subdir = config.sections["checkpoint"].dir
+    if run_dir is not None:
+        run_dir = pathlib.Path(run_dir)
+        found = latest_checkpoint(run_dir / subdir)
+        if found is not None and not resume:
+            raise ValueError(
+                f"{run_dir} already holds checkpoints (newest: {found.name}). Pass --resume "
+                "(resume=True) to continue that run, or choose another --run-dir."
+            )
+        return run_dir
+    stem = pathlib.Path(config.source).stem if config.source != "<dict>" else "run"
+    candidates = [
+        pathlib.Path("runs") / (stem if i == 1 else f"{stem}-{i}") for i in range(1, 10_000)
+    ]
+    used = [c for c in candidates[:-1] if latest_checkpoint(c / subdir) is not None]
+    if resume:
+        return used[-1] if used else candidates[0]
+    return next(c for c in candidates if latest_checkpoint(c / subdir) is None)
+
+
+def _plan(config: Any, run_dir: pathlib.Path) -> _Plan:
     sections = config.sections
     data = load_dataset(sections["data"])
     per_epoch = data.steps_per_epoch(sections["train"].batch_size)
     train_section = sections["train"]
     total = train_section.steps or per_epoch * (train_section.epochs or 10)
-    if run_dir is None:
-        stem = pathlib.Path(config.source).stem if config.source != "<dict>" else "run"
-        run_dir = pathlib.Path("runs") / stem
-    run_dir = pathlib.Path(run_dir)
     ckpt_dir = run_dir / sections["checkpoint"].dir
     return _Plan(
         config,
@@ -421,7 +440,8 @@ def train(
     Args:
         config: a config file path, mapping or `Config` with a ``model`` section and optional
             ``optimizer``, ``data``, ``train`` and ``checkpoint`` sections.
-        run_dir: where logs, the plot and checkpoints go (default ``runs/<config name>``).
+        run_dir: where logs, the plot and checkpoints go (default ``runs/<config name>``, or
+            ``runs/<config name>-N`` when that already holds another run's checkpoints).
         resume: continue from the newest checkpoint in the run's checkpoint directory.
         mesh: a `jax.sharding.Mesh` with a ``data`` axis (and optionally ``model``), or a
             mapping such as ``{"data": 8}``; the batch is sharded over ``data`` and each Variable
@@ -437,10 +457,11 @@ def train(
         ConfigError: the config is invalid, or the model does not fit the data.
         DataError: a data file cannot be read.
         CheckpointError: ``resume`` found a checkpoint that does not fit.
+        ValueError: ``run_dir`` holds checkpoints but ``resume`` is False; a bad ``mesh``.
     """
     started = time.perf_counter()
     config = load_train_config(config)
-    plan = _plan(config, run_dir)
+    plan = _plan(config, _run_dir(config, run_dir, resume))
     if isinstance(mesh, Mapping):
         mesh = make_mesh(mesh)
     train_section = config.sections["train"]

@@ -339,3 +339,23 @@ def test_eight_devices_follow_the_one_device_loss_curve(tmp_path):
     assert curves["data4_model2"]["spec"] == "P(None, 'model')"
     # replicated: 'model' is not a mesh axis of size > 1 here
     assert curves["data8"]["spec"] == "P()"
+
+
+def test_run_directories_are_never_mixed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps({**MLP, "train": {**MLP["train"], "steps": 2}}))
+    first = train(config, progress=False)
+    second = train(config, progress=False)
+    assert (first.run_dir, second.run_dir) == (
+        tmp_path.joinpath("runs", "tiny").relative_to(tmp_path),
+        tmp_path.joinpath("runs", "tiny-2").relative_to(tmp_path),
+    )
+    assert train(config, progress=False, resume=True).run_dir == second.run_dir
+    with pytest.raises(
+        ValueError,
+        match=r"runs/tiny already holds checkpoints \(newest: "
+        r"step_00000002\)\. Pass --resume \(resume=True\) to continue that run, or "
+        r"choose another --run-dir",
+    ):
+        train(config, run_dir="runs/tiny", progress=False)
