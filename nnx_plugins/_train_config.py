@@ -302,6 +302,16 @@ def _resolve_arguments(
 
 
 # -- the sections ----------------------------------------------------------------------------
+def _optimizer_schema(schema: dict[str, Any]) -> None:
+    """The file spelling: the optax arguments sit next to ``type``, not under ``arguments``."""
+    schema["properties"].pop("arguments", None)
+    schema["properties"]["learning_rate"] = {
+        "description": "a number, or {type: <optax.schedules function>, ...its arguments}",
+        "anyOf": [{"type": "number"}, {"type": "object", "required": ["type"]}],
+    }
+    schema["additionalProperties"] = True  # the optax function's other arguments
+
+
 class OptimizerSection(pydantic.BaseModel):
     """``optimizer:`` an optax optimizer by name with its arguments, clipping and ``trainable``.
 
@@ -310,7 +320,7 @@ class OptimizerSection(pydantic.BaseModel):
     ``type``). ``trainable`` lists the Variable kinds (registered names) that are optimized.
     """
 
-    model_config = pydantic.ConfigDict(extra="forbid")
+    model_config = pydantic.ConfigDict(extra="forbid", json_schema_extra=_optimizer_schema)
 
     type: str = "adam"
     arguments: dict[str, Any] = {"learning_rate": 1e-3}

@@ -258,3 +258,14 @@ def test_trainable_accepts_plugin_kinds():
 
 def test_data_section_defaults():
     assert DataSection().x == "x" and DataSection().test_fraction == 0.2
+
+
+def test_json_schema_has_the_file_spelling():
+    from nnx_plugins import config_schema
+
+    schema = config_schema()["properties"]
+    assert {"optimizer", "data", "train", "checkpoint"} <= set(schema)
+    optimizer = schema["optimizer"]
+    assert "arguments" not in optimizer["properties"] and optimizer["additionalProperties"] is True
+    assert {"type": "number"} in optimizer["properties"]["learning_rate"]["anyOf"]
+    assert schema["train"]["additionalProperties"] is False
