@@ -16,18 +16,18 @@ def _x(shape=(4, 6), dtype=jnp.float32):
 
 
 @pytest.mark.parametrize(
-    ("rate", "broadcast_dims", "dtype"),
+    ("rate", "broadcast_dims", "dtype", "shape"),
     [
-        (0.1, (), jnp.float32),
-        (0.5, (), jnp.bfloat16),
-        (0.9, (), jnp.float16),
-        (0.5, (0,), jnp.float32),
-        (0.3, (0, 2), jnp.bfloat16),
-        (0.7, (-1,), jnp.float32),
+        (0.1, (), jnp.float32, (6, 5)),
+        (0.5, (), jnp.bfloat16, (6, 5)),
+        (0.9, (), jnp.float16, (6, 5)),
+        (0.5, (0,), jnp.float32, (6, 5)),
+        (0.3, (0, 2), jnp.bfloat16, (2, 3, 5)),
+        (0.7, (-1,), jnp.float32, (6, 5)),
     ],
 )
-def test_dropout_matches_flax_for_the_same_key(rate, broadcast_dims, dtype):
-    x = _x((2, 3, 5), dtype)
+def test_dropout_matches_flax_for_the_same_key(rate, broadcast_dims, dtype, shape):
+    x = _x(shape, dtype)
     key = jax.random.key(7)
     ours = Dropout(rate, broadcast_dims=broadcast_dims)(x, rngs=key)
     theirs = fnnx.Dropout(rate, broadcast_dims=broadcast_dims)(x, rngs=key)
