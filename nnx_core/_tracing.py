@@ -18,7 +18,6 @@ try:  # jax >= 0.4.36
         return _trace_ctx.trace._weakref
 
 except ImportError:  # pragma: no cover - older jax
-    _trace_ctx = None
 
     def current_trace() -> Any:
         return None

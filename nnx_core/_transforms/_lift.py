@@ -64,16 +64,16 @@ def extract(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
             others = [a for i, a in enumerate(args) if i not in key[1]] if positions else list(args)
             return Call(treedef, key[1], roots, others)
     leaves, treedef = tree_flatten((args, kwargs), is_leaf=is_graph_root)
-    positions = []
-    roots = []
-    others = []
+    root_positions: list[int] = []
+    root_list: list[Any] = []
+    other_list: list[Any] = []
     for i, x in enumerate(leaves):
         if is_graph_root(x):
-            positions.append(i)
-            roots.append(x)
+            root_positions.append(i)
+            root_list.append(x)
         else:
-            others.append(x)
-    return Call(treedef, tuple(positions), tuple(roots), others)
+            other_list.append(x)
+    return Call(treedef, tuple(root_positions), tuple(root_list), other_list)
 
 
 _GRAPHDEFS: dict[GraphDef, GraphDef] = {}
