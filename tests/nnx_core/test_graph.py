@@ -134,6 +134,18 @@ def test_replacing_a_variable_or_its_metadata_shows_in_the_next_split():
     assert type(nnx.state(m)["layers"][1][1]["deep"]) is nnx.Cache
 
 
+@pytest.mark.parametrize("empty", [[], {}], ids=["list", "dict"])
+def test_an_empty_container_filled_in_place_shows_in_the_next_split(empty):
+    m = Leaf(1)
+    m.extra = empty
+    assert paths(m) == ["w"]
+    if isinstance(empty, list):
+        empty.append(nnx.Param(jnp.ones(1)))
+    else:
+        empty["k"] = nnx.Param(jnp.ones(1))
+    assert paths(m) == ["extra[0]" if isinstance(empty, list) else "extra.k", "w"]
+
+
 def test_a_registered_node_changed_in_place_shows_in_the_next_split():
     bag = Bag(w=nnx.Param(jnp.ones(1)))
     m = [bag]
