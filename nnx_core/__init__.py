@@ -19,13 +19,30 @@ from ._filters import to_predicate as to_predicate
 from ._graph import GraphDef as GraphDef
 from ._graph import register_node_type as register_node_type
 from ._module import Module as Module
+from ._optimizer import Optimizer as Optimizer
+from ._optimizer import OptState as OptState
 from ._rngs import RngCount as RngCount
 from ._rngs import RngKey as RngKey
 from ._rngs import Rngs as Rngs
 from ._rngs import RngStream as RngStream
+from ._sharding import create_sharded as create_sharded
+from ._sharding import get_named_sharding as get_named_sharding
+from ._sharding import get_partition_spec as get_partition_spec
+from ._sharding import shard as shard
 from ._state import State as State
 from ._state import format_path as format_path
 from ._tracing import TraceContextError as TraceContextError
+from ._transforms._autodiff import grad as grad
+from ._transforms._autodiff import remat as remat
+from ._transforms._autodiff import value_and_grad as value_and_grad
+from ._transforms._control import cond as cond
+from ._transforms._control import fori_loop as fori_loop
+from ._transforms._eval_shape import eval_shape as eval_shape
+from ._transforms._jit import jit as jit
+from ._transforms._mapping import Carry as Carry
+from ._transforms._mapping import StateAxes as StateAxes
+from ._transforms._mapping import vmap as vmap
+from ._transforms._scan import scan as scan
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache
 from ._variables import Intermediate as Intermediate
@@ -37,30 +54,56 @@ from ._variables import variable_name as variable_name
 from ._variables import variable_type as variable_type
 
 __all__ = [
-    "All", "Any", "BatchStat", "Cache", "Everything", "GraphDef", "Intermediate", "Module", "Not",
-    "Nothing", "OfType", "Param", "PathContains", "RngCount", "RngKey", "RngStream", "Rngs",
-    "State", "TraceContextError", "Variable", "clone", "format_path", "graphdef", "iter_graph",
-    "merge", "pop", "register_node_type", "register_variable_type", "registered_variable_types",
-    "split", "state", "to_predicate", "update", "variable_name", "variable_type",
+    "All",
+    "Any",
+    "BatchStat",
+    "Cache",
+    "Carry",
+    "Everything",
+    "GraphDef",
+    "Intermediate",
+    "Module",
+    "Not",
+    "Nothing",
+    "OfType",
+    "OptState",
+    "Optimizer",
+    "Param",
+    "PathContains",
+    "RngCount",
+    "RngKey",
+    "RngStream",
+    "Rngs",
+    "State",
+    "StateAxes",
+    "TraceContextError",
+    "Variable",
+    "clone",
+    "cond",
+    "create_sharded",
+    "eval_shape",
+    "fori_loop",
+    "format_path",
+    "get_named_sharding",
+    "get_partition_spec",
+    "grad",
+    "graphdef",
+    "iter_graph",
+    "jit",
+    "merge",
+    "pop",
+    "register_node_type",
+    "register_variable_type",
+    "registered_variable_types",
+    "remat",
+    "scan",
+    "shard",
+    "split",
+    "state",
+    "to_predicate",
+    "update",
+    "value_and_grad",
+    "variable_name",
+    "variable_type",
+    "vmap",
 ]
-from ._transforms._jit import jit as jit  # noqa: E402
-from ._transforms._autodiff import grad as grad  # noqa: E402
-from ._transforms._autodiff import remat as remat  # noqa: E402
-from ._transforms._autodiff import value_and_grad as value_and_grad  # noqa: E402
-from ._transforms._control import cond as cond  # noqa: E402
-from ._transforms._control import fori_loop as fori_loop  # noqa: E402
-from ._transforms._eval_shape import eval_shape as eval_shape  # noqa: E402
-from ._transforms._mapping import Carry as Carry  # noqa: E402
-from ._transforms._mapping import StateAxes as StateAxes  # noqa: E402
-from ._transforms._scan import scan as scan  # noqa: E402
-from ._transforms._mapping import vmap as vmap  # noqa: E402
-from ._sharding import create_sharded as create_sharded  # noqa: E402
-from ._sharding import get_named_sharding as get_named_sharding  # noqa: E402
-from ._sharding import get_partition_spec as get_partition_spec  # noqa: E402
-from ._sharding import shard as shard  # noqa: E402
-from ._optimizer import Optimizer as Optimizer  # noqa: E402
-from ._optimizer import OptState as OptState  # noqa: E402
-
-__all__ += ["jit", "grad", "remat", "value_and_grad", "Optimizer", "OptState", "Carry",
-            "StateAxes", "scan", "vmap", "eval_shape", "cond", "fori_loop", "create_sharded", "get_named_sharding",
-            "get_partition_spec", "shard"]
