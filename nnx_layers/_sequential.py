@@ -1,5 +1,6 @@
 """Composition: `Sequential` and `Flatten`."""
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -15,8 +16,9 @@ class Sequential(Module):
     """Apply ``layers`` one after another, each to the previous one's output.
 
     Layers may be Modules or plain callables such as activations. A layer that returns a
-    tuple passes its items as positional arguments to the next one. The first layer receives
-    every argument of the call; with no layers, the call returns its single argument.
+    tuple passes its items as positional arguments to the next one (a dict: keyword
+    arguments). The first layer receives every argument of the call, and ``rngs=`` reaches
+    every layer whose call takes ``rngs``.
 
     Args:
         *layers: the callables to chain, kept in ``self.layers`` (a plain list).
@@ -45,19 +47,44 @@ class Sequential(Module):
                 )
         self.layers = list(layers)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the chain; ``args``/``kwargs`` go to the first layer."""
+    def __call__(self, *args: Any, rngs: Any = None, **kwargs: Any) -> Any:
+        """Run the chain; ``args``/``kwargs`` go to the first layer.
+
+        A tuple output becomes the next layer's positional arguments, a dict output its
+        keyword arguments. ``rngs``, if given, is passed to every layer whose call accepts an
+        ``rngs`` keyword (e.g. `Dropout`). With no layers, the call returns its single
+        argument (or the tuple of them, or the keyword dict).
+        """
         if not self.layers:
-            if len(args) != 1 or kwargs:
-                raise TypeError(
-                    f"An empty Sequential returns its single input, got {len(args)} positional "
-                    f"and {len(kwargs)} keyword arguments. Pass exactly one input or add layers."
-                )
-            return args[0]
-        output = self.layers[0](*args, **kwargs)
-        for layer in self.layers[1:]:
-            output = layer(*output) if isinstance(output, tuple) else layer(output)
+            if args:
+                return args[0] if len(args) == 1 else args
+            return kwargs or None
+        output: Any = None
+        for index, layer in enumerate(self.layers):
+            if index > 0:
+                args, kwargs = _as_arguments(output)
+            if rngs is not None and _accepts_rngs(layer):
+                kwargs = {**kwargs, "rngs": rngs}
+            output = layer(*args, **kwargs)
         return output
+
+
+def _as_arguments(output: Any) -> tuple[tuple, dict]:
+    if isinstance(output, tuple):
+        return output, {}
+    if isinstance(output, dict):
+        return (), output
+    return (output,), {}
+
+
+def _accepts_rngs(layer: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(layer).parameters
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
+    return "rngs" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 class Flatten(Module):

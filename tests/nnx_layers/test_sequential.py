@@ -44,9 +44,21 @@ def test_sequential_rejects_non_callables():
         Sequential(relu, 3)
 
 
-def test_empty_sequential_needs_exactly_one_input():
-    with pytest.raises(TypeError, match="An empty Sequential returns its single input, got 2"):
-        Sequential()(1, 2)
+def test_empty_sequential_passes_its_arguments_through():
+    assert Sequential()(1, 2) == (1, 2)
+    assert Sequential()(a=1) == {"a": 1}
+    assert Sequential()() is None
+
+
+def test_dict_outputs_become_keyword_arguments():
+    model = Sequential(lambda x: {"a": x, "b": 2 * x}, lambda a, b: a + b)
+    assert model(1) == 3
+
+
+def test_rngs_reach_layers_that_take_them():
+    model = Sequential(relu, Dropout(0.5), lambda x, **kwargs: x)
+    y = model(jnp.ones(16), rngs=Rngs(dropout=4))
+    np.testing.assert_array_equal(y, Dropout(0.5)(jnp.ones(16), rngs=Rngs(dropout=4)))
 
 
 @pytest.mark.parametrize(
