@@ -35,33 +35,39 @@ def _square(x: jax.Array) -> jax.Array:
     return (x * jnp.conj(x)).real if jnp.iscomplexobj(x) else jnp.square(x)
 
 
-def _moments(
-    x: jax.Array,
-    axes: tuple[int, ...],
-    *,
-    module: Any,
-    use_mean: bool,
-    mask: jax.Array | None,
-) -> tuple[jax.Array | None, jax.Array]:
-    """Mean and variance of ``x`` over ``axes``; ``(None, mean square)`` if not ``use_mean``."""
+def _stats_input(x: jax.Array, module: Any) -> jax.Array:
+    """``x`` in the statistics dtype: the computation dtype, at least float32."""
     dtype = x.dtype if module.dtype is None else module.dtype
-    x = jnp.asarray(x, jnp.promote_types(dtype, jnp.float32))
+    return jnp.asarray(x, jnp.promote_types(dtype, jnp.float32))
 
-    def all_mean(value: Any) -> Any:
-        if module.axis_name is None:
-            return value
-        return jax.lax.pmean(value, module.axis_name, axis_index_groups=module.axis_index_groups)
 
-    if not use_mean:
-        return None, all_mean(jnp.mean(_square(x), axes, where=mask))
+def _all_mean(value: Any, module: Any) -> Any:
+    """Average ``value`` over ``module.axis_name`` (a no-op without one)."""
+    if module.axis_name is None:
+        return value
+    return jax.lax.pmean(value, module.axis_name, axis_index_groups=module.axis_index_groups)
+
+
+def _moments(
+    x: jax.Array, axes: tuple[int, ...], *, module: Any, mask: jax.Array | None
+) -> tuple[jax.Array, jax.Array]:
+    """Mean and variance of ``x`` over ``axes`` (and over ``module.axis_name``)."""
+    x = _stats_input(x, module)
     if module.use_fast_variance:
-        mean, mean2 = all_mean(
-            (jnp.mean(x, axes, where=mask), jnp.mean(_square(x), axes, where=mask))
+        mean, mean2 = _all_mean(
+            (jnp.mean(x, axes, where=mask), jnp.mean(_square(x), axes, where=mask)), module
         )
         return mean, jnp.maximum(0.0, mean2 - _square(mean))
-    mean = all_mean(jnp.mean(x, axes, where=mask))
+    mean = _all_mean(jnp.mean(x, axes, where=mask), module)
     centered = x - jnp.expand_dims(mean, axes)
-    return mean, all_mean(jnp.mean(_square(centered), axes, where=mask))
+    return mean, _all_mean(jnp.mean(_square(centered), axes, where=mask), module)
+
+
+def _mean_square(
+    x: jax.Array, axes: tuple[int, ...], *, module: Any, mask: jax.Array | None
+) -> jax.Array:
+    """Mean of ``x**2`` over ``axes`` (and over ``module.axis_name``)."""
+    return _all_mean(jnp.mean(_square(_stats_input(x, module)), axes, where=mask), module)
 
 
 def _normalize(
@@ -98,16 +104,16 @@ def _value(variable: Any) -> jax.Array | None:
 
 def _affine_params(
     module: Any, rngs: Rngs, shape: tuple[int, ...], *, use_bias: bool, use_scale: bool
-) -> None:
-    """Create ``module.scale`` / ``module.bias`` (or ``None``) with their metadata."""
-    module.scale = None
-    module.bias = None
+) -> tuple[Param | None, Param | None]:
+    """Create the ``(scale, bias)`` Params (``None`` when disabled) with their metadata."""
+    scale = bias = None
     if use_scale:
         value = module.scale_init(rngs.params(), shape, module.param_dtype)
-        module.scale = Param(value, **module.scale_metadata)
+        scale = Param(value, **module.scale_metadata)
     if use_bias:
         value = module.bias_init(rngs.params(), shape, module.param_dtype)
-        module.bias = Param(value, **module.bias_metadata)
+        bias = Param(value, **module.bias_metadata)
+    return scale, bias
 
 
 def _check_epsilon(layer: str, epsilon: Any) -> float:
@@ -203,7 +209,9 @@ class BatchNorm(Module):
         shape = (num_features,)
         self.mean = BatchStat(jnp.zeros(shape, jnp.float32))
         self.var = BatchStat(jnp.ones(shape, jnp.float32))
-        _affine_params(self, rngs, shape, use_bias=use_bias, use_scale=use_scale)
+        self.scale, self.bias = _affine_params(
+            self, rngs, shape, use_bias=use_bias, use_scale=use_scale
+        )
 
     def __call__(
         self,
@@ -233,7 +241,7 @@ class BatchNorm(Module):
             dtype=self.dtype,
         )
         if not use_running_average:
-            mean, var = _moments(x, reduction_axes, module=self, use_mean=True, mask=mask)
+            mean, var = _moments(x, reduction_axes, module=self, mask=mask)
             self._update_running(mean, var)
         return _normalize(
             x, mean, var, scale=scale, bias=bias, module=self, axes=(reduction_axes, feature_axes)
@@ -317,7 +325,9 @@ class LayerNorm(Module):
         self.bias_metadata = metadata(bias_metadata)
         self.scale_metadata = metadata(scale_metadata)
         shape = (num_features,)
-        _affine_params(self, rngs, shape, use_bias=use_bias, use_scale=use_scale)
+        self.scale, self.bias = _affine_params(
+            self, rngs, shape, use_bias=use_bias, use_scale=use_scale
+        )
 
     def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
         """Normalize ``x``; ``mask`` excludes entries from the statistics."""
@@ -326,7 +336,7 @@ class LayerNorm(Module):
         feature_axes = canonical_axes("LayerNorm", self.feature_axes, x.ndim)
         check_feature_size("LayerNorm", x, feature_axes, self.num_features)
         x, scale, bias = promote_dtype((x, _value(self.scale), _value(self.bias)), dtype=self.dtype)
-        mean, var = _moments(x, reduction_axes, module=self, use_mean=True, mask=mask)
+        mean, var = _moments(x, reduction_axes, module=self, mask=mask)
         return _normalize(
             x, mean, var, scale=scale, bias=bias, module=self, axes=(reduction_axes, feature_axes)
         )
@@ -392,7 +402,7 @@ class RMSNorm(Module):
         self.axis_index_groups = frozen(axis_index_groups)
         self.use_fast_variance = use_fast_variance
         self.scale_metadata = metadata(scale_metadata)
-        self.scale = None
+        self.scale: Param | None = None
         if use_scale:
             value = scale_init(rngs.params(), (num_features,), param_dtype)
             self.scale = Param(value, **self.scale_metadata)
@@ -404,7 +414,7 @@ class RMSNorm(Module):
         feature_axes = canonical_axes("RMSNorm", self.feature_axes, x.ndim)
         check_feature_size("RMSNorm", x, feature_axes, self.num_features)
         x, scale = promote_dtype((x, _value(self.scale)), dtype=self.dtype)
-        _, mean_square = _moments(x, reduction_axes, module=self, use_mean=False, mask=mask)
+        mean_square = _mean_square(x, reduction_axes, module=self, mask=mask)
         return _normalize(
             x,
             None,
