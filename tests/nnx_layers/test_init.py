@@ -5,6 +5,7 @@ from pathlib import Path
 
 import tomllib
 
+import nnx_core
 import nnx_layers
 from nnx_core import Rngs
 
@@ -50,3 +51,21 @@ def test_every_constructor_argument_is_stored_under_its_name():
         for name in inspect.signature(type(layer)).parameters:
             if name != "rngs":
                 assert hasattr(layer, name), f"{type(layer).__name__}.{name}"
+
+
+def _model(seed):
+    rngs = Rngs(seed)
+    return nnx_layers.Sequential(
+        nnx_layers.Conv(1, 2, [3, 3], padding=[[1, 1], [1, 1]], rngs=rngs),
+        nnx_layers.BatchNorm(2, axis_index_groups=[[0, 1]], rngs=rngs),
+        nnx_layers.relu,
+        nnx_layers.Flatten(),
+        nnx_layers.Dropout(0.1, broadcast_dims=[0], rngs=rngs),
+        nnx_layers.Linear(2 * 4 * 4, 3, kernel_metadata={"sharding_names": ("a", "b")}, rngs=rngs),
+        nnx_layers.LayerNorm(3, rngs=rngs),
+    )
+
+
+def test_equal_structures_have_equal_hashable_graphdefs():
+    first, second = nnx_core.graphdef(_model(0)), nnx_core.graphdef(_model(1))
+    assert first == second and hash(first) == hash(second)
