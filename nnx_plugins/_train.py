@@ -510,7 +510,7 @@ def _loop(
         loss, accuracy = train_step(model, optimizer, x, y)
         losses.append(loss)
         accuracies.append(accuracy)
-        if step % section.log_interval == 0 or step == span[1]:
+        if step % section.log_interval == 0 or step == plan.total:
             now = time.perf_counter()
             mean_loss = float(np.mean([float(v) for v in losses]))
             rate = len(losses) * section.batch_size / max(now - window_start, 1e-9)
@@ -525,7 +525,7 @@ def _loop(
             )
             bar.update(step, mean_loss, rate)
             losses, accuracies, window_start = [], [], now
-        if step % plan.eval_every == 0 and step != span[1]:
+        if step % plan.eval_every == 0 and step != plan.total:  # (the last: by train())
             metrics = evaluate_model(model, plan.data)
             model.train()
             log.write({"step": step, "split": "test", **metrics})

@@ -86,8 +86,8 @@ def test_manifest_holds_the_training_config(full_run):
 
 
 def test_resume_reaches_the_parameters_of_an_uninterrupted_run(full_run, tmp_path):
-    first = train(MLP, run_dir=tmp_path, progress=False, stop_at=30)
-    assert first.step == 30 and first.checkpoint.name == "step_00000030"
+    first = train(MLP, run_dir=tmp_path, progress=False, stop_at=20)  # an eval step
+    assert first.step == 20 and first.checkpoint.name == "step_00000020"
     resumed = train(MLP, run_dir=tmp_path, progress=False, resume=True)
     assert resumed.step == 60
     want, got = values(full_run.model), values(resumed.model)
