@@ -37,11 +37,15 @@ def as_input(layer: str, x: Any) -> jax.Array:
 
 def check_last_axis(layer: str, x: jax.Array, expected: int, arg: str) -> None:
     """Raise if the last axis of ``x`` is not ``expected`` wide."""
-    if x.ndim == 0 or x.shape[-1] != expected:
-        got = x.shape[-1] if x.ndim else "a scalar"
+    if x.ndim == 0:
+        raise ValueError(
+            f"{layer} expects an input whose last axis is {expected} ({arg}), got a scalar "
+            f"(shape ()). Give the input a feature axis, e.g. x.reshape(1, {expected})."
+        )
+    if x.shape[-1] != expected:
         raise ValueError(
             f"{layer} expects an input whose last axis is {expected} ({arg}), got shape "
-            f"{x.shape}. Reshape the input or build the layer with {arg}={got}."
+            f"{x.shape}. Reshape the input or build the layer with {arg}={x.shape[-1]}."
         )
 
 

@@ -104,7 +104,7 @@ def test_linear_errors_on_wrong_width():
     layer = Linear(3, 4, rngs=Rngs(0))
     with pytest.raises(ValueError, match=r"last axis is 3 \(in_features\), got shape \(2, 5\)"):
         layer(jnp.ones((2, 5)))
-    with pytest.raises(ValueError, match="got shape \\(\\)"):
+    with pytest.raises(ValueError, match=r"got a scalar \(shape \(\)\)"):
         layer(jnp.ones(()))
 
 
