@@ -76,31 +76,29 @@ def _bad_padding(layer: str, padding: Any, rank: int) -> ValueError:
     )
 
 
+def _as_pair(item: Any) -> tuple[int, int] | None:
+    """``p`` -> ``(p, p)``, a ``(low, high)`` pair of non-negative ints as is, else ``None``."""
+    pair = (item, item) if isinstance(item, int) else item
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+        return None
+    if any(isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in pair):
+        return None
+    return (pair[0], pair[1])
+
+
 def _padding(layer: str, padding: Any, rank: int) -> str | tuple[tuple[int, int], ...]:
     """Canonicalize a padding spec to an upper-case name or ``rank`` ``(low, high)`` pairs."""
     if isinstance(padding, str):
         if padding.upper() not in _PADDING_NAMES:
             raise _bad_padding(layer, padding, rank)
         return padding.upper()
-    if isinstance(padding, int) and not isinstance(padding, bool):
-        padding = [padding]
-    if not isinstance(padding, (list, tuple)) or len(padding) not in (1, rank):
+    items = [padding] if isinstance(padding, int) else padding
+    if not isinstance(items, (list, tuple)) or len(items) not in (1, rank):
         raise _bad_padding(layer, padding, rank)
-    pairs = []
-    for item in padding:
-        pair = (
-            (item, item)
-            if isinstance(item, int)
-            else tuple(item)
-            if isinstance(item, (list, tuple))
-            else ()
-        )
-        if len(pair) != 2 or any(
-            isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in pair
-        ):
-            raise _bad_padding(layer, padding, rank)
-        pairs.append(pair)
-    return tuple(pairs) * (rank if len(pairs) == 1 else 1)
+    pairs = [_as_pair(item) for item in items]
+    if any(pair is None for pair in pairs):
+        raise _bad_padding(layer, padding, rank)
+    return tuple(pairs) * (rank if len(pairs) == 1 else 1)  # type: ignore[return-value]
 
 
 def _flatten_batch(layer: str, inputs: jax.Array, rank: int) -> tuple[jax.Array, tuple]:
