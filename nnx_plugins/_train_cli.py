@@ -46,9 +46,16 @@ def _train(args: argparse.Namespace) -> int:
     except _errors() as error:
         print(str(error), file=sys.stderr)
         return 1
-    except ValueError as error:  # --mesh / batch size / device count
+    except ValueError as error:  # --mesh / batch size / device count / run directory
         print(f"nnx: error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(
+            "nnx: interrupted. The checkpoints written so far are intact (saves are atomic); "
+            "continue with the same command and --resume.",
+            file=sys.stderr,
+        )
+        return 130
     console.print(
         f"trained {result.step} steps in {result.seconds:.1f} s; run directory "
         f"{result.run_dir}; checkpoint {result.checkpoint}"

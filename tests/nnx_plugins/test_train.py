@@ -359,3 +359,18 @@ def test_run_directories_are_never_mixed(tmp_path, monkeypatch):
         r"choose another --run-dir",
     ):
         train(config, run_dir="runs/tiny", progress=False)
+
+
+def test_cli_interrupt_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    from nnx_plugins import _train
+    from nnx_plugins._cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_train, "train", interrupted)
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(MLP))
+    assert main(["train", str(config)]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted. The checkpoints written so far are intact" in err and "--resume" in err
