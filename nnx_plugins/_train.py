@@ -299,7 +299,7 @@ class _Progress:
 
     def print(self, text: str) -> None:
         if self.bar is not None:
-            self.console.print(text)
+            self.console.print(text, soft_wrap=True)
 
 
 @dataclasses.dataclass

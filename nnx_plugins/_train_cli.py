@@ -57,9 +57,10 @@ def _train(args: argparse.Namespace) -> int:
         )
         return 130
     console.print(
-        f"trained {result.step} steps in {result.seconds:.1f} s; run directory "
-        f"{result.run_dir}; checkpoint {result.checkpoint}"
+        f"trained {result.step} steps in {result.seconds:.1f} s; run directory {result.run_dir}",
+        soft_wrap=True,
     )
+    console.print(f"checkpoint: {result.checkpoint}", soft_wrap=True)
     console.print(f"test accuracy: {result.test_accuracy:.2%} (test loss {result.test_loss:.4f})")
     return 0
 
