@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import operator
@@ -382,16 +383,37 @@ def _check_trainable(trainable: list[str], problems: _Problems) -> None:
 
     from ._registry import default_registry
 
-    known = set(default_registry().names("variable")) | set(nnx_core.registered_variable_types())
+    named = {  # explicit names only: not the automatic 'module.Class' names of unnamed kinds
+        name
+        for name, kind in nnx_core.registered_variable_types().items()
+        if name != f"{kind.__module__}.{kind.__qualname__}"
+    }
+    known = sorted(set(default_registry().names("variable")) | named)
     for index, name in enumerate(trainable):
-        if name not in known:
+        if name not in known and name not in nnx_core.registered_variable_types():
             problems.add(
                 ("trainable", index),
-                f"unknown Variable kind {name!r}."
-                f"{suggest(name, sorted(known))} Installed kinds: "
-                f"{', '.join(sorted(k for k in known if '.' not in k or k.count('.') == 1))}",
+                f"unknown Variable kind {name!r}.{_suggest_kind(name, known)} Installed kinds: "
+                f"{', '.join(known)}",
                 name,
             )
+
+
+def _suggest_kind(name: str, known: list[str]) -> str:
+    """`suggest`, also matching the unqualified part of namespaced kinds (``acme.LoRAParam``)."""
+    scored = sorted(
+        (
+            max(
+                difflib.SequenceMatcher(None, name.lower(), k.lower()).ratio(),
+                difflib.SequenceMatcher(None, name.lower(), k.split(".")[-1].lower()).ratio(),
+            ),
+            k,
+        )
+        for k in known
+    )[::-1]
+    best = scored[0][0] if scored else 0.0
+    close = [k for r, k in scored[:3] if r >= 0.6 and r >= best - 0.1]
+    return f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 
 def make_optimizer(section: OptimizerSection) -> Any:

@@ -242,6 +242,17 @@ def test_npz_path_is_relative_to_the_config_file(tmp_path):
     assert load_train_config(path).sections["data"].path == str(tmp_path / "data" / "d.npz")
 
 
+@pytest.mark.parametrize(
+    "name, close", [("LoraParam", "acme.LoRAParam"), ("Parm", "Param"), ("batchstat", "BatchStat")]
+)
+def test_trainable_suggests_kinds_with_and_without_namespace(name, close):
+    problems = problems_of(
+        {"model": MODEL, "optimizer": {"type": "adam", "learning_rate": 0.1, "trainable": [name]}}
+    )
+    assert f"Did you mean {close!r}?" in problems[0] and "acme.LoRAParam" in problems[0]
+    assert "nnx_core." not in problems[0]  # no automatic names of unnamed kinds
+
+
 def test_trainable_accepts_plugin_kinds():
     config = load_train_config(
         {
