@@ -290,14 +290,25 @@ class Conv(Module):
         return y.reshape(batch_shape + y.shape[1:])
 
 
-def _wrap_circular(y: jax.Array, scaled: list[int], transpose_kernel: bool) -> jax.Array:
-    """Fold a full transposed-conv output onto a periodic grid of sizes ``scaled``."""
-    pads = [(0, 0)]
-    for size, period in zip(y.shape[1:-1], scaled):
-        extra = -(size - period) % (2 * period)
-        pads.append((extra, 0) if transpose_kernel else ((extra + 1) // 2, extra // 2))
-    y = jnp.pad(y, pads + [(0, 0)])
-    for axis, period in enumerate(scaled, start=1):
+def _circular_shift(size: int, period: int, span: int, transpose_kernel: bool) -> int:
+    """Where entry 0 of a full (VALID) transposed-conv output lands on the periodic grid.
+
+    With ``transpose_kernel`` the layer is the gradient of a circular `Conv`, whose padding
+    puts ``(span - 1) // 2`` on the left; otherwise the overhang is split evenly.
+    """
+    if transpose_kernel:
+        return -((span - 1) // 2)
+    return (-(size - period) % (2 * period) + 1) // 2
+
+
+def _wrap_circular(y: jax.Array, periods: list[int], shifts: list[int]) -> jax.Array:
+    """Fold a full transposed-conv output onto a periodic grid: entry ``m`` of spatial axis
+    ``i`` is added to position ``(m + shifts[i]) % periods[i]``."""
+    for axis, (period, shift) in enumerate(zip(periods, shifts), start=1):
+        left = shift % period
+        pads = [(0, 0)] * y.ndim
+        pads[axis] = (left, -(left + y.shape[axis]) % period)
+        y = jnp.pad(y, pads)
         y = y.reshape(y.shape[:axis] + (-1, period) + y.shape[axis + 1 :]).sum(axis=axis)
     return y
 
@@ -403,6 +414,7 @@ class ConvTranspose(Module):
         check_last_axis("ConvTranspose", inputs, self.in_features, "in_features")
         flat, batch_shape = _flatten_batch("ConvTranspose", inputs, rank)
         strides = _per_axis("ConvTranspose", "strides", self.strides, rank)
+        dilation = _per_axis("ConvTranspose", "kernel_dilation", self.kernel_dilation, rank)
         padding = _padding("ConvTranspose", self.padding, rank)
         kernel = self.kernel.value
         if self.mask is not None:
@@ -414,13 +426,24 @@ class ConvTranspose(Module):
             kernel,
             strides,
             "VALID" if padding == "CIRCULAR" else padding,
-            rhs_dilation=_per_axis("ConvTranspose", "kernel_dilation", self.kernel_dilation, rank),
+            rhs_dilation=dilation,
             transpose_kernel=self.transpose_kernel,
             precision=self.precision,
             preferred_element_type=self.preferred_element_type,
         )
         if padding == "CIRCULAR":
-            scaled = [size * s for size, s in zip(flat.shape[1:-1], strides)]
-            y = _wrap_circular(y, scaled, self.transpose_kernel)
+            y = self._fold_circular(y, flat.shape[1:-1], strides, dilation)
         y = _add_bias(y, bias)
         return y.reshape(batch_shape + y.shape[1:])
+
+    def _fold_circular(
+        self, y: jax.Array, in_sizes: tuple[int, ...], strides: tuple, dilation: tuple
+    ) -> jax.Array:
+        """Periodic boundary: fold the full output onto ``in_size * stride`` per axis."""
+        periods = [size * stride for size, stride in zip(in_sizes, strides)]
+        spans = [(k - 1) * d + 1 for k, d in zip(self.kernel_size, dilation)]
+        shifts = [
+            _circular_shift(size, period, span, self.transpose_kernel)
+            for size, period, span in zip(y.shape[1:-1], periods, spans)
+        ]
+        return _wrap_circular(y, periods, shifts)
