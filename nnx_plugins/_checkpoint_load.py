@@ -188,7 +188,7 @@ def _fill(
             problems.append(f"{where}: listed in the manifest but absent from the tensor file.")
             continue
         assignments.append((variable, _restore(tensors[key], info)))
-    for key in sorted(set(entries) - seen):
+    for key in sorted(set(entries) - seen, key=lambda k: _path_order(entries[k]["path"])):
         info = entries[key]
         problems.append(
             f"{_format_path(prefix, info['path'])}: unexpected entry in the checkpoint "
@@ -196,6 +196,10 @@ def _fill(
             "nothing at this path."
         )
     return assignments
+
+
+def _path_order(path: list[Any]) -> list[tuple[int, Any]]:
+    return [(0, p) if isinstance(p, int) else (1, str(p)) for p in path]
 
 
 def _is_key(value: Any) -> bool:

@@ -217,20 +217,31 @@ def evaluate_model(model: Any, data: Dataset) -> dict[str, float]:
 class _Log:
     """``metrics.jsonl`` in the run directory; on resume, lines after the start step are dropped."""
 
-    def __init__(self, path: pathlib.Path, start: int):
-        self.path = path
+    def __init__(self, path: pathlib.Path, start: int, *, writes: bool = True):
+        self.path, self.writes = path, writes
         self.records: list[dict[str, Any]] = []
         if start > 0 and path.exists():
             with open(path, encoding="utf-8") as handle:
-                lines = [json.loads(line) for line in handle if line.strip()]
-            self.records = [r for r in lines if r.get("step", 0) <= start]
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.writelines(json.dumps(r) + "\n" for r in self.records)
+                lines = [_parse(line) for line in handle]
+            self.records = [r for r in lines if r is not None and r.get("step", 0) <= start]
+        if writes:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.writelines(json.dumps(r) + "\n" for r in self.records)
 
     def write(self, record: dict[str, Any]) -> None:
         self.records.append(record)
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+        if self.writes:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+
+def _parse(line: str) -> dict[str, Any] | None:
+    """A metrics line, or None for a blank or torn one (a run killed mid-write)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def plot_metrics(records: list[dict[str, Any]], path: str | os.PathLike[str]) -> None:
@@ -422,8 +433,17 @@ def _resume(plan: _Plan, model: Any, optimizer: Any, progress: _Progress) -> int
         progress.print(f"no checkpoint in {plan.ckpt_dir}: starting from step 0")
         return 0
     load(latest, into=model, optimizer=optimizer)
-    step = int(read_manifest(latest)["step"] or 0)
+    manifest = read_manifest(latest)
+    step = int(manifest["step"] or 0)
     progress.print(f"resumed from {latest} (step {step})")
+    saved = manifest.get("config") or {}
+    now = plan.config.to_dict()
+    changed = [k for k in ("model", "optimizer", "data") if k in saved and saved[k] != now.get(k)]
+    if changed:
+        progress.print(
+            f"note: the {', '.join(changed)} section(s) differ from the checkpoint's config; "
+            "the run continues with the new ones and will not match an uninterrupted run."
+        )
     return step
 
 
@@ -473,13 +493,14 @@ def train(
     end = plan.total if stop_at is None else min(stop_at, plan.total)
     with _Progress(progress, plan.total, 0, console) as bar:
         start = _resume(plan, model, optimizer, bar) if resume else 0
-        log = _Log(plan.run_dir / "metrics.jsonl", start)
+        log = _Log(plan.run_dir / "metrics.jsonl", start, writes=_is_main_process())
         bar.update(start, float("nan"), 0.0)
         checkpoint = _loop(plan, (model, optimizer), (start, end), place, log, bar)
         metrics = evaluate_model(model, plan.data)
     if end == plan.total:  # (a stopped run leaves the log as an uninterrupted run has it)
         log.write({"step": end, "split": "test", **metrics})
-    plot_metrics(log.records, plan.run_dir / "metrics.png")
+    if _is_main_process():
+        plot_metrics(log.records, plan.run_dir / "metrics.png")
     return TrainResult(
         end,
         metrics["accuracy"],

@@ -374,3 +374,29 @@ def test_cli_interrupt_says_how_to_resume(tmp_path, capsys, monkeypatch):
     assert main(["train", str(config)]) == 130
     err = capsys.readouterr().err
     assert "interrupted. The checkpoints written so far are intact" in err and "--resume" in err
+
+
+def test_resume_with_a_changed_config_and_a_torn_log_line(tmp_path, capsys):
+    from rich.console import Console
+
+    short = {**MLP, "train": {**MLP["train"], "steps": 4, "eval_interval": 2, "log_interval": 2}}
+    train(short, run_dir=tmp_path, progress=False)
+    other = {**short, "optimizer": {"type": "sgd", "learning_rate": 0.1}}
+    with pytest.raises(CheckpointError, match=r"optimizer\.opt_state\[0\]: unexpected entry"):
+        train(other, run_dir=tmp_path, resume=True, progress=False)  # another state structure
+    with open(tmp_path / "metrics.jsonl", "a", encoding="utf-8") as handle:
+        handle.write('{"step": 5, "spl')  # killed mid-write
+    longer = {
+        **short,
+        "optimizer": {  # same state structure, another peak learning rate
+            **MLP["optimizer"],
+            "learning_rate": {**MLP["optimizer"]["learning_rate"], "init_value": 0.005},
+        },
+        "train": {**short["train"], "steps": 6},
+    }
+    console = Console(file=sys.stdout, width=1000)
+    result = train(longer, run_dir=tmp_path, resume=True, progress=True, console=console)
+    out = capsys.readouterr().out
+    assert "note: the optimizer section(s) differ from the checkpoint's config" in out
+    records = rows(tmp_path / "metrics.jsonl")
+    assert result.step == 6 and [r["step"] for r in records if r["split"] == "train"] == [2, 4, 6]
