@@ -2,6 +2,7 @@
 
 import math
 from collections.abc import Mapping, Sequence
+from numbers import Integral
 from typing import Any
 
 import jax
@@ -51,16 +52,16 @@ def check_last_axis(layer: str, x: jax.Array, expected: int, arg: str) -> None:
 
 def check_positive_int(layer: str, name: str, value: Any) -> int:
     """Return ``value`` if it is an int >= 1, else raise a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
         raise ValueError(
             f"{layer} {name} must be a positive integer, got {value!r}. Pass e.g. {name}=8."
         )
-    return value
+    return int(value)
 
 
 def canonical_axes(layer: str, axes: int | Sequence[int], ndim: int) -> tuple[int, ...]:
     """Turn ``axes`` (int or sequence, may be negative) into sorted non-negative axes."""
-    axes_tuple = (axes,) if isinstance(axes, int) else tuple(axes)
+    axes_tuple = tuple(int(a) for a in (axes if isinstance(axes, Sequence) else [axes]))
     for axis in axes_tuple:
         if not -ndim <= axis < ndim:
             raise ValueError(

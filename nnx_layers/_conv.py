@@ -7,6 +7,7 @@ flattened for the convolution and restored after it.
 
 import math
 from collections.abc import Mapping, Sequence
+from numbers import Integral
 from types import MappingProxyType
 from typing import Any
 
@@ -38,34 +39,34 @@ PaddingLike = str | int | Sequence[int | tuple[int, int]]
 
 
 def _kernel_size(layer: str, kernel_size: Any) -> tuple[int, ...]:
-    sizes = (kernel_size,) if isinstance(kernel_size, int) else kernel_size
+    sizes = (kernel_size,) if isinstance(kernel_size, Integral) else kernel_size
     if not isinstance(sizes, (tuple, list)) or not sizes:
         raise ValueError(
             f"{layer} kernel_size must be an int or a non-empty sequence of ints, got "
             f"{kernel_size!r}. Pass e.g. kernel_size=3 (1-D) or kernel_size=(3, 3) (2-D)."
         )
     for size in sizes:
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        if isinstance(size, bool) or not isinstance(size, Integral) or size < 1:
             raise ValueError(
                 f"{layer} kernel_size must contain positive integers, got {kernel_size!r}. "
                 f"Pass e.g. kernel_size=(3, 3)."
             )
-    return tuple(sizes)
+    return tuple(int(size) for size in sizes)
 
 
 def _per_axis(layer: str, name: str, value: Any, rank: int) -> tuple[int, ...]:
     """Expand ``None``, an int or a sequence into ``rank`` positive ints."""
     if value is None:
         return (1,) * rank
-    values = (value,) * rank if isinstance(value, int) else tuple(value)
+    values = (value,) * rank if isinstance(value, Integral) else tuple(value)
     if len(values) != rank or any(
-        isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values
+        isinstance(v, bool) or not isinstance(v, Integral) or v < 1 for v in values
     ):
         raise ValueError(
             f"{layer} {name} must be a positive int or {rank} positive ints (one per spatial "
             f"axis of kernel_size), got {value!r}. Pass e.g. {name}={(1,) * rank}."
         )
-    return values
+    return tuple(int(v) for v in values)
 
 
 def _bad_padding(layer: str, padding: Any, rank: int) -> ValueError:
@@ -78,12 +79,12 @@ def _bad_padding(layer: str, padding: Any, rank: int) -> ValueError:
 
 def _as_pair(item: Any) -> tuple[int, int] | None:
     """``p`` -> ``(p, p)``, a ``(low, high)`` pair of non-negative ints as is, else ``None``."""
-    pair = (item, item) if isinstance(item, int) else item
+    pair = (item, item) if isinstance(item, Integral) else item
     if not isinstance(pair, (list, tuple)) or len(pair) != 2:
         return None
-    if any(isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in pair):
+    if any(isinstance(p, bool) or not isinstance(p, Integral) or p < 0 for p in pair):
         return None
-    return (pair[0], pair[1])
+    return (int(pair[0]), int(pair[1]))
 
 
 def _padding(layer: str, padding: Any, rank: int) -> str | tuple[tuple[int, int], ...]:
@@ -92,7 +93,7 @@ def _padding(layer: str, padding: Any, rank: int) -> str | tuple[tuple[int, int]
         if padding.upper() not in _PADDING_NAMES:
             raise _bad_padding(layer, padding, rank)
         return padding.upper()
-    items = [padding] if isinstance(padding, int) else padding
+    items = [padding] if isinstance(padding, Integral) else padding
     if not isinstance(items, (list, tuple)) or len(items) not in (1, rank):
         raise _bad_padding(layer, padding, rank)
     pairs = [_as_pair(item) for item in items]

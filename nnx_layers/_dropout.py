@@ -2,6 +2,7 @@
 
 import math
 from collections.abc import Sequence
+from numbers import Real
 from typing import Any
 
 import jax
@@ -13,12 +14,12 @@ __all__ = ["Dropout"]
 
 
 def _check_rate(rate: Any) -> float:
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
+    if isinstance(rate, bool) or not isinstance(rate, Real) or not 0.0 <= float(rate) <= 1.0:
         raise ValueError(
             f"Dropout rate must be a number in [0, 1] (the probability of dropping an entry), "
             f"got {rate!r}. Pass e.g. Dropout(0.1)."
         )
-    return rate
+    return float(rate)
 
 
 class Dropout(Module):

@@ -5,6 +5,7 @@ the output dtype is ``dtype`` if given, else the promotion of the input and the 
 """
 
 from collections.abc import Mapping, Sequence
+from numbers import Real
 from types import MappingProxyType
 from typing import Any
 
@@ -117,12 +118,12 @@ def _affine_params(
 
 
 def _check_epsilon(layer: str, epsilon: Any) -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or epsilon < 0:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, Real) or epsilon < 0:
         raise ValueError(
             f"{layer} epsilon must be a non-negative number, got {epsilon!r}. "
             f"Pass e.g. epsilon=1e-5."
         )
-    return epsilon
+    return float(epsilon)
 
 
 class BatchNorm(Module):

@@ -3,6 +3,8 @@
 import inspect
 from pathlib import Path
 
+import jax.numpy as jnp
+import numpy as np
 import tomllib
 
 import nnx_core
@@ -69,3 +71,14 @@ def _model(seed):
 def test_equal_structures_have_equal_hashable_graphdefs():
     first, second = nnx_core.graphdef(_model(0)), nnx_core.graphdef(_model(1))
     assert first == second and hash(first) == hash(second)
+
+
+def test_numpy_scalars_are_accepted_as_sizes_and_rates():
+    linear = nnx_layers.Linear(np.int64(2), np.int32(3), rngs=Rngs(0))
+    assert linear.in_features == 2 and type(linear.in_features) is int
+    conv = nnx_layers.Conv(
+        2, 2, (np.int64(3),), strides=np.int64(1), padding=np.int64(1), rngs=Rngs(0)
+    )
+    assert conv.kernel_size == (3,) and conv(jnp.ones((1, 4, 2))).shape == (1, 4, 2)
+    assert nnx_layers.Dropout(np.float32(0.25)).rate == 0.25
+    assert nnx_layers.LayerNorm(2, epsilon=np.float32(0.5), rngs=Rngs(0)).epsilon == 0.5
