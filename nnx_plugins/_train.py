@@ -493,11 +493,13 @@ def train(
     end = plan.total if stop_at is None else min(stop_at, plan.total)
     with _Progress(progress, plan.total, 0, console) as bar:
         start = _resume(plan, model, optimizer, bar) if resume else 0
+        end = max(end, start)  # (a checkpoint past stop_at or the total: nothing left to train)
         log = _Log(plan.run_dir / "metrics.jsonl", start, writes=_is_main_process())
         bar.update(start, float("nan"), 0.0)
         checkpoint = _loop(plan, (model, optimizer), (start, end), place, log, bar)
         metrics = evaluate_model(model, plan.data)
-    if end == plan.total:  # (a stopped run leaves the log as an uninterrupted run has it)
+    logged = any(r["step"] == end and r.get("split") == "test" for r in log.records)
+    if end == plan.total and not logged:  # (a stopped run's log is an uninterrupted run's)
         log.write({"step": end, "split": "test", **metrics})
     if _is_main_process():
         plot_metrics(log.records, plan.run_dir / "metrics.png")

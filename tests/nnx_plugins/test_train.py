@@ -400,3 +400,13 @@ def test_resume_with_a_changed_config_and_a_torn_log_line(tmp_path, capsys):
     assert "note: the optimizer section(s) differ from the checkpoint's config" in out
     records = rows(tmp_path / "metrics.jsonl")
     assert result.step == 6 and [r["step"] for r in records if r["split"] == "train"] == [2, 4, 6]
+
+
+def test_resume_of_a_finished_run_trains_nothing(full_run, tmp_path):
+    import shutil
+
+    shutil.copytree(full_run.run_dir, tmp_path / "copy")
+    again = train(MLP, run_dir=tmp_path / "copy", resume=True, progress=False)
+    assert again.step == 60 and again.test_accuracy == full_run.test_accuracy
+    assert again.checkpoint.name == "step_00000060"
+    assert rows(tmp_path / "copy" / "metrics.jsonl") == rows(full_run.run_dir / "metrics.jsonl")
