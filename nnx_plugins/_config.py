@@ -24,6 +24,7 @@ from typing import Any
 
 import pydantic
 
+from . import _train_config  # noqa: F401  (registers optimizer/data/train/checkpoint)
 from ._config_errors import ConfigError, Problem, suggest
 from ._config_fields import LAYER_KINDS, FieldSpec, layer_spec
 from ._config_sections import RESERVED, PluginsSection, registered_sections

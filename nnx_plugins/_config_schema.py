@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _train_config  # noqa: F401  (registers optimizer/data/train/checkpoint)
 from ._config_fields import layer_spec
 from ._config_sections import PluginsSection, registered_sections
 from ._config_types import LAYER_REF

@@ -163,3 +163,16 @@ def test_extension_modules_add_commands(capsys, monkeypatch):
     )
     code, out, _ = run(capsys, "train", "m.yaml")
     assert code == 0 and out == "training m.yaml\n"
+
+
+def test_config_validate_checks_the_training_sections(capsys, tmp_path):
+    path = tmp_path / "train.yaml"
+    path.write_text(
+        "model: {type: Sequential, layers: [{type: Linear, in_features: 4, out_features: 2}]}\n"
+        "optimizer: {type: adam, learning_rat: 0.1}\n"
+        "train: {stepz: 10}\n"
+    )
+    assert main(["config", "validate", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}:2:" in err and "optimizer.learning_rat" in err and "Did you mean 'learning_rate'" in err
+    assert f"{path}:3:" in err and "Did you mean 'steps'" in err
