@@ -1,5 +1,6 @@
 """The training sections: optimizer (optax by name), data, train, checkpoint; their errors."""
 
+import re
 import textwrap
 
 import optax
@@ -158,7 +159,8 @@ def test_dump_is_the_flat_config_spelling():
         ),
         (
             {"type": "adam", "learning_rate": 0.1, "trainable": ["Parm"]},
-            r"optimizer\.trainable\[0\]: unknown Variable kind 'Parm'\. Did you mean 'Param'",
+            # other tests may have registered kinds such as 'odd.Param' in this process
+            r"optimizer\.trainable\[0\]: unknown Variable kind 'Parm'\. Did you mean [^?]*'Param'",
         ),
         ({"type": 3, "learning_rate": 0.1}, r"optimizer\.type: Input should be a valid string"),
     ],
@@ -249,7 +251,9 @@ def test_trainable_suggests_kinds_with_and_without_namespace(name, close):
     problems = problems_of(
         {"model": MODEL, "optimizer": {"type": "adam", "learning_rate": 0.1, "trainable": [name]}}
     )
-    assert f"Did you mean {close!r}?" in problems[0] and "acme.LoRAParam" in problems[0]
+    # kinds registered by other tests in this process (e.g. 'odd.Param') may be suggested too
+    assert re.search(rf"Did you mean [^?]*{re.escape(repr(close))}", problems[0])
+    assert "acme.LoRAParam" in problems[0]
     assert "nnx_core." not in problems[0]  # no automatic names of unnamed kinds
 
 
