@@ -12,7 +12,7 @@ from .._api import _build_state
 from .._filters import Filter, to_predicate
 from .._graph import Plan
 from .._state import State
-from .._variables import Param
+from .._variables import Param, Variable
 from ._lift import OutInfo, apply, extract, input_values, run_pure
 
 
@@ -93,7 +93,7 @@ def _value_and_grad_call(
             g_leaves = list(leaves)
             for i in idx:
                 g = next(it_graph)
-                g_leaves[i] = leaves[i].replace(g) if hasattr(leaves[i], "replace") else g
+                g_leaves[i] = leaves[i].replace(g) if isinstance(leaves[i], Variable) else g
             grads.append(_build_state(plan, idx, g_leaves) if idx else State({}))
         else:
             grads.append(next(it_tree))
