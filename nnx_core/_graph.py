@@ -32,7 +32,7 @@ Path = tuple[Any, ...]
 Children = Sequence[tuple[Any, Any]]
 
 TRACE_ATTR = "_nnx_trace"  # the JAX trace a Module was created under (excluded from its children)
-PLAN_ATTR = "_nnx_plan"  # a Module's cached Plan (excluded from its children too)
+PLAN_ATTR = "_nnx_plan"  # a Module's cached Plans (excluded from its children too)
 
 # -- the structure epoch -------------------------------------------------------------------------
 _EPOCH = [0]
@@ -430,11 +430,34 @@ def write_child(owner: Any, impl: NodeImpl | None, key: Any, value: Any) -> None
         )
 
 
-def plan_for(node: Any) -> Plan:
-    """The cached Plan of ``node`` (rebuilt only when its structure changed).
+def cached_plan(roots: tuple[Any, ...]) -> Plan | None:
+    """The cached Plan of ``roots``, kept on the first root (a Module), or None if it has no slot.
 
-    The Plan is cached on the node itself (in a Module's ``__dict__``), never in a global table:
-    a Plan refers to its root, so a global cache would keep every model ever split alive.
+    Plans live in the first root's ``__dict__``, keyed by the identities of all roots, and never
+    in a global table: a Plan refers to its roots, so a global cache would keep every model ever
+    split or jitted alive. ``split(model)`` and ``jit(f)(model, optimizer, ...)`` both use it.
+    """
+    first = roots[0]
+    impl = impl_for(type(first))
+    attr = impl.plan_attr if impl is not None else None
+    if attr is None:
+        return None
+    d = first.__dict__
+    plans = d.get(attr)
+    if type(plans) is not dict:
+        plans = d[attr] = {}
+    key = tuple(map(id, roots))
+    plan = plans.get(key)
+    # copies carry no Plans, but ids can be reused: check the roots themselves too
+    if plan is None or not plan.valid() or any(a is not b for a, b in zip(plan.roots, roots)):
+        if len(plans) >= 8:
+            plans.clear()
+        plan = plans[key] = Plan(roots)
+    return plan
+
+
+def plan_for(node: Any) -> Plan:
+    """The cached Plan of ``node`` (rebuilt only when its structure changed); see cached_plan.
 
     Raises:
         TypeError: ``node`` is a bare Variable or array (it has no path inside a graph).
@@ -445,15 +468,8 @@ def plan_for(node: Any) -> Plan:
             f"type), got a bare {type(node).__name__}, which has no path inside a graph. "
             "Put it in a container, e.g. nnx_core.split([value])."
         )
-    impl = impl_for(type(node))
-    attr = impl.plan_attr if impl is not None else None
-    if attr is None:
-        return Plan((node,))
-    d = node.__dict__
-    plan = d.get(attr)
-    if plan is None or plan.roots[0] is not node or not plan.valid():  # copies carry no Plan,
-        plan = d[attr] = Plan((node,))  # but check the root anyway
-    return plan
+    plan = cached_plan((node,))
+    return plan if plan is not None else Plan((node,))
 
 
 # -- unflatten -----------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 
 import jax
 
-from .._graph import GraphDef, Plan, _Unflattener, impl_for, unflatten, write_child
+from .._graph import GraphDef, Plan, _Unflattener, cached_plan, impl_for, unflatten, write_child
 from .._variables import Variable, _set_value_slot
 
 tree_flatten = jax.tree_util.tree_flatten
@@ -76,18 +76,16 @@ def extract(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
     return Call(treedef, tuple(root_positions), tuple(root_list), other_list)
 
 
+# One GraphDef object per structure, so jit cache lookups compare by identity, not deeply.
 _GRAPHDEFS: dict[GraphDef, GraphDef] = {}
 
 
-def canonical(graphdef: GraphDef) -> GraphDef:
-    """One GraphDef object per structure, so cache lookups compare by identity, not deeply."""
-    if len(_GRAPHDEFS) > 4096:
-        _GRAPHDEFS.clear()
-    return _GRAPHDEFS.setdefault(graphdef, graphdef)
-
-
 class PlanCache:
-    """The Plans of the last few root tuples a transform was called with."""
+    """Plans of the root tuples a transform is called with.
+
+    They are kept on the first root when it is a Module (see ``cached_plan``: freed with the
+    model, shared by every jitted function); otherwise here, for the last few root tuples.
+    """
 
     __slots__ = ("plans",)
 
@@ -95,12 +93,25 @@ class PlanCache:
         self.plans: dict[tuple[int, ...], Plan] = {}
 
     def get(self, roots: tuple[Any, ...]) -> Plan:
+        plan = cached_plan(roots) if roots else None
+        if plan is None:
+            plan = self._local(roots)
+        graphdef = plan.graphdef
+        known = _GRAPHDEFS.get(graphdef)
+        if known is None:
+            if len(_GRAPHDEFS) > 4096:
+                _GRAPHDEFS.clear()
+            _GRAPHDEFS[graphdef] = graphdef
+        elif known is not graphdef:
+            plan.graphdef = known
+        return plan
+
+    def _local(self, roots: tuple[Any, ...]) -> Plan:
         key = tuple(map(id, roots))
         plan = self.plans.get(key)
         if plan is not None and plan.valid() and all(a is b for a, b in zip(plan.roots, roots)):
             return plan
         plan = Plan(roots)
-        plan.graphdef = canonical(plan.graphdef)
         if len(self.plans) >= 8:
             self.plans.pop(next(iter(self.plans)))
         self.plans[key] = plan

@@ -514,3 +514,17 @@ def test_jit_structure_change_that_depends_on_shapes_is_an_error():
     f(c, jnp.ones(1))
     with pytest.raises(ValueError, match="differently for inputs of different shapes"):
         f(c, jnp.ones(3))
+
+
+def test_a_jitted_function_does_not_keep_dropped_models_alive():
+    import gc
+    import weakref
+
+    f = nnx.jit(lambda a, b: a.n.value + b.n.value)
+    a, b = Counter(), Counter()
+    f(a, b)
+    f(a, b)
+    ref = weakref.ref(a)
+    del a
+    gc.collect()
+    assert ref() is None
