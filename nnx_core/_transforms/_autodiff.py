@@ -13,7 +13,7 @@ from .._filters import Filter, to_predicate
 from .._graph import Plan
 from .._state import State
 from .._variables import Param, Variable
-from ._lift import OutInfo, apply, extract, input_values, run_pure
+from ._lift import OutInfo, apply, extract, input_values, run_pure, with_placeholders
 
 
 def _argnums_tuple(argnums: int | Sequence[int]) -> tuple[int, ...]:
@@ -66,7 +66,7 @@ def _value_and_grad_call(
             f, plan.graphdef, full, inner.treedef, inner.positions, inner.others
         )
         info_box.append(info)
-        out = jax.tree_util.tree_unflatten(info.out_treedef, _with_placeholders(info, out_others))
+        out = jax.tree_util.tree_unflatten(info.out_treedef, with_placeholders(info, out_others))
         if has_aux:
             if not (isinstance(out, tuple) and len(out) == 2):
                 raise TypeError(
@@ -99,13 +99,6 @@ def _value_and_grad_call(
             grads.append(next(it_tree))
     value = result if has_aux else loss
     return value, tuple(grads)
-
-
-def _with_placeholders(info: OutInfo, out_others: list[Any]) -> list[Any]:
-    leaves = list(out_others)
-    for pos in info.out_positions:
-        leaves.insert(pos, None)
-    return leaves
 
 
 def value_and_grad(

@@ -242,6 +242,14 @@ def apply(info: OutInfo, plan: Plan, values: Sequence[Any], out_others: Sequence
     return jax.tree_util.tree_unflatten(info.out_treedef, leaves_out)
 
 
+def with_placeholders(info: OutInfo, out_others: list[Any]) -> list[Any]:
+    """The output leaves with ``None`` where the function returned graph nodes."""
+    leaves = list(out_others)
+    for pos in info.out_positions:
+        leaves.insert(pos, None)
+    return leaves
+
+
 def run_pure(
     fun: Callable[..., Any], graphdef: GraphDef, in_values: Sequence[Any], treedef: Any,
     positions: tuple[int, ...], others: Sequence[Any], *, return_all: bool = False,

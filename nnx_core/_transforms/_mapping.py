@@ -20,7 +20,7 @@ from .._graph import Plan
 from .._rngs import RngStream
 from .._state import format_path
 from .._variables import Variable
-from ._lift import OutInfo, apply, collect, is_graph_root, rebuild
+from ._lift import OutInfo, apply, collect, is_graph_root, rebuild, with_placeholders
 
 
 class _CarryType:
@@ -179,7 +179,7 @@ def vmap(
             unmapped = [v for v, ax in zip(out_values, all_axes) if ax is None]
             if flat_out:
                 return mapped, unmapped, out_others
-            out_user = jax.tree_util.tree_unflatten(info.out_treedef, _placeholders(info, out_others))
+            out_user = jax.tree_util.tree_unflatten(info.out_treedef, with_placeholders(info, out_others))
             return mapped, unmapped, out_user
 
         flat_out = out_axes is None or isinstance(out_axes, int)
@@ -217,13 +217,6 @@ def _roots_changed(info: OutInfo, plan: Plan) -> bool:
     in_spec = plan.graphdef.spec
     in_roots = in_spec[1] if in_spec[0] == "multi" else (in_spec,)
     return tuple(out_roots) != tuple(in_roots[:n])
-
-
-def _placeholders(info: OutInfo, out_others: list[Any]) -> list[Any]:
-    leaves = list(out_others)
-    for pos in info.out_positions:
-        leaves.insert(pos, None)
-    return leaves
 
 
 def _interleave(axes: list[Any], groups: list[int], mapped: tuple[list[Any], ...],
