@@ -54,7 +54,7 @@ _EXPORTS = {
     # training and checkpoints
     "save": "._checkpoint",
     "load": "._checkpoint_load",
-    "read_manifest": "._checkpoint_load",
+    "read_manifest": "._checkpoint_manifest",
     "CheckpointError": "._checkpoint",
     "train": "._train",
     "evaluate": "._train",
@@ -83,7 +83,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from ._checkpoint import CheckpointError as CheckpointError
     from ._checkpoint import save as save
     from ._checkpoint_load import load as load
-    from ._checkpoint_load import read_manifest as read_manifest
+    from ._checkpoint_manifest import read_manifest as read_manifest
     from ._config import Config as Config
     from ._config import build as build
     from ._config import load_config as load_config

@@ -45,6 +45,7 @@ __all__ = [
     "latest_checkpoint",
     "step_directory",
     "rotate",
+    "is_checkpoint_directory",
 ]
 
 FORMAT = "nnx-checkpoint"
@@ -52,6 +53,9 @@ FORMAT_VERSION = 1
 TENSORS = "tensors.safetensors"
 MANIFEST = "manifest.json"
 _STEP_DIR = re.compile(r"step_(\d+)\Z")
+# the leftovers of an interrupted save: tempfile.mkdtemp names made by `save` below
+_LEFTOVER = re.compile(r"\.(step_\d+)\.(tmp|old)-[A-Za-z0-9_]+\Z")
+_FILES = frozenset({TENSORS, MANIFEST})
 # dtypes safetensors' numpy API reads and writes natively
 _NATIVE = frozenset(
     {
@@ -81,10 +85,13 @@ class CheckpointError(ValueError):
           model.kernel: missing from the checkpoint
     """
 
-    def __init__(self, directory: str | os.PathLike[str], problems: Sequence[str]):
+    def __init__(
+        self, directory: str | os.PathLike[str], problems: Sequence[str], *, action: str = "load"
+    ):
         self.directory = os.fspath(directory)
         self.problems = tuple(problems)
-        super().__init__("\n  ".join([f"cannot load checkpoint {self.directory}:", *self.problems]))
+        header = f"cannot {action} checkpoint {self.directory}:"
+        super().__init__("\n  ".join([header, *self.problems]))
 
 
 # -- names, paths and versions ---------------------------------------------------------------
@@ -262,7 +269,8 @@ def save(
 
     Args:
         model: the Module to save; every Variable is stored (Params, BatchStats, Rng state, ...).
-        directory: the checkpoint directory; replaced atomically if it exists.
+        directory: the checkpoint directory; replaced atomically if it is a checkpoint. Anything
+            else there (a folder with other files, a file, a symlink) is refused and left alone.
         optimizer: an `nnx_core.Optimizer` whose state (moments, step count) is saved too.
         config: the `Config` (or mapping) the model was built from; `load` rebuilds from it.
             Defaults to ``to_config(model)`` when the model can express its config.
@@ -281,6 +289,7 @@ def save(
         ['manifest.json', 'tensors.safetensors']
     """
     directory = pathlib.Path(directory)
+    _check_replaceable(directory)
     if config is None:
         with contextlib.suppress(Exception):
             from ._config import to_config
@@ -319,15 +328,76 @@ def save(
 
 
 def _replace_directory(source: str, target: pathlib.Path) -> None:
-    """Rename ``source`` to ``target``; an existing ``target`` is moved aside, then deleted."""
+    """Rename ``source`` to ``target``; an existing ``target`` is moved aside, then deleted.
+
+    Only a directory `save` could have written is replaced: anything else raises
+    `CheckpointError` and is left as it was.
+    """
     old = None
-    if target.exists():
+    if target.is_symlink() or target.exists():
+        _check_replaceable(target)  # (again: something may have appeared while we wrote)
         old = tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent)
         os.replace(target, os.path.join(old, "previous"))
     os.replace(source, target)
     _fsync(target.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _check_replaceable(target: pathlib.Path) -> None:
+    if (target.is_symlink() or target.exists()) and not is_checkpoint_directory(
+        target, allow_empty=True
+    ):
+        raise CheckpointError(
+            target,
+            action="save",
+            problems=[
+                "refusing to replace it: it exists and is not a checkpoint (it holds "
+                f"files other than {TENSORS} and {MANIFEST}, or is a file or a symlink). "
+                "Save to a new directory, or move it away first."
+            ],
+        )
+
+
+def is_checkpoint_directory(path: pathlib.Path, *, allow_empty: bool = False) -> bool:
+    """Whether ``path`` is a real directory (not a symlink) holding only checkpoint files.
+
+    This is what `save` may replace and `rotate` may delete: never a user's own folder.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> from nnx_plugins._checkpoint import is_checkpoint_directory
+        >>> where = pathlib.Path(tempfile.mkdtemp())
+        >>> is_checkpoint_directory(where), is_checkpoint_directory(where, allow_empty=True)
+        (False, True)
+        >>> (where / "notes.txt").write_text("mine")
+        4
+        >>> is_checkpoint_directory(where, allow_empty=True)
+        False
+    """
+    if path.is_symlink() or not path.is_dir():
+        return False
+    try:
+        names = set(os.listdir(path))
+    except OSError:
+        return False
+    return names <= _FILES and (allow_empty or MANIFEST in names)
+
+
+def _is_leftover(path: pathlib.Path) -> bool:
+    """A temporary directory of an interrupted `save` (by its name and its contents)."""
+    match = _LEFTOVER.match(path.name)
+    if match is None or path.is_symlink() or not path.is_dir():
+        return False
+    if match.group(2) == "tmp":
+        return is_checkpoint_directory(path, allow_empty=True)
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return names == [] or (
+        names == ["previous"] and is_checkpoint_directory(path / "previous", allow_empty=True)
+    )
 
 
 # -- finding checkpoints ---------------------------------------------------------------------
@@ -350,7 +420,7 @@ def list_checkpoints(root: str | os.PathLike[str]) -> list[pathlib.Path]:
     found = [
         (int(m.group(1)), child)
         for child in root.iterdir()
-        if (m := _STEP_DIR.match(child.name)) and (child / MANIFEST).is_file()
+        if (m := _STEP_DIR.match(child.name)) and is_checkpoint_directory(child)
     ]
     return [child for _, child in sorted(found)]
 
@@ -362,14 +432,32 @@ def latest_checkpoint(root: str | os.PathLike[str]) -> pathlib.Path | None:
 
 
 def rotate(root: str | os.PathLike[str], keep: int) -> list[pathlib.Path]:
-    """Delete all but the newest ``keep`` checkpoints and leftovers of interrupted saves.
+    """Delete all but the newest ``keep`` checkpoints, and leftovers of interrupted saves.
 
-    Returns the deleted directories.
+    Only what `save` writes is touched: ``step_N`` directories holding nothing but a manifest
+    and a tensor file, and ``.step_N.tmp-*`` / ``.step_N.old-*`` directories of the same
+    contents. Anything else under ``root`` (a user's own files or folders, symlinks) is left
+    alone. Returns the deleted checkpoint directories.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> import nnx_plugins
+        >>> from nnx_plugins._checkpoint import rotate, step_directory
+        >>> root = pathlib.Path(tempfile.mkdtemp())
+        >>> model = nnx_plugins.build({"type": "Linear", "in_features": 1, "out_features": 1})
+        >>> for step in (1, 2, 3):
+        ...     _ = nnx_plugins.save(model, step_directory(root, step), step=step)
+        >>> (root / ".step_mine").mkdir()                 # not ours: kept
+        >>> [p.name for p in rotate(root, 1)], sorted(p.name for p in root.iterdir())
+        (['step_00000001', 'step_00000002'], ['.step_mine', 'step_00000003'])
     """
     found = list_checkpoints(root)
     doomed = found[:-keep] if keep > 0 else found
     for child in doomed:
         shutil.rmtree(child, ignore_errors=True)
-    for child in pathlib.Path(root).glob(".step_*"):
-        shutil.rmtree(child, ignore_errors=True)
+    root = pathlib.Path(root)
+    if root.is_dir():
+        for child in root.iterdir():
+            if _is_leftover(child):
+                shutil.rmtree(child, ignore_errors=True)
     return doomed

@@ -15,7 +15,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pathlib
 from collections.abc import Mapping
@@ -24,73 +23,21 @@ from typing import Any
 import numpy as np
 
 from ._checkpoint import (
-    FORMAT,
-    FORMAT_VERSION,
-    MANIFEST,
-    TENSORS,
     CheckpointError,
     _entry_key,
     _format_path,
     _sha256,
-    latest_checkpoint,
 )
+from ._checkpoint_manifest import confined_file, dtype_of, read_manifest
 
 __all__ = ["read_manifest", "load"]
-
-
-def _checkpoint_dir(directory: str | os.PathLike[str]) -> pathlib.Path:
-    directory = pathlib.Path(directory)
-    if (directory / MANIFEST).is_file():
-        return directory
-    latest = latest_checkpoint(directory)
-    if latest is not None:
-        return latest
-    if not directory.exists():
-        raise CheckpointError(directory, ["no such directory."])
-    raise CheckpointError(
-        directory,
-        [
-            f"no {MANIFEST} here and no step_N checkpoint below it "
-            "(was the save interrupted before its first checkpoint?)."
-        ],
-    )
-
-
-def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """The manifest of the checkpoint at ``directory`` (or of the newest one below it).
-
-    The returned dict has an extra ``"directory"`` key: the checkpoint directory it came from.
-
-    Raises:
-        CheckpointError: no checkpoint there, or the manifest is not a valid manifest.
-    """
-    where = _checkpoint_dir(directory)
-    try:
-        with open(where / MANIFEST, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(where, [f"{MANIFEST} is unreadable or corrupt: {error}"]) from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointError(
-            where, [f"{MANIFEST} is not an nnx checkpoint manifest (expected format {FORMAT!r})."]
-        )
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(
-            where,
-            [
-                f"format version {manifest.get('format_version')!r} is not "
-                f"supported (this nnx reads version {FORMAT_VERSION})."
-            ],
-        )
-    manifest["directory"] = str(where)
-    return manifest
 
 
 def _read_tensors(where: pathlib.Path, manifest: Mapping[str, Any]) -> dict[str, np.ndarray]:
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
-    path = where / manifest.get("tensors", TENSORS)
+    path = confined_file(where, manifest["tensors"], "tensor file")
     if not path.is_file():
         raise CheckpointError(where, [f"{path.name} is missing."])
     digest = _sha256(path)
@@ -109,17 +56,49 @@ def _read_tensors(where: pathlib.Path, manifest: Mapping[str, Any]) -> dict[str,
         raise CheckpointError(where, [f"{path.name} cannot be read: {error}"]) from None
 
 
+def _stored_problem(array: np.ndarray, info: Mapping[str, Any]) -> str | None:
+    """How the tensor file's array disagrees with its manifest entry (None: it agrees)."""
+    shape = tuple(info["shape"])
+    if info["dtype"] == "key":
+        if array.shape[: len(shape)] != shape or array.dtype != np.uint32:
+            return (
+                f"the tensor file holds {array.dtype.name}{array.shape} but the manifest "
+                f"records PRNG keys of shape {shape} (uint32 key data)"
+            )
+        return None
+    stored = info.get("stored_as") or info["dtype"]
+    if array.shape != shape or array.dtype.name != stored:
+        return (
+            f"the tensor file holds {array.dtype.name}{array.shape} but the manifest records "
+            f"{stored}{shape}"
+        )
+    return None
+
+
 def _restore(array: np.ndarray, info: Mapping[str, Any]) -> Any:
+    """The array as the model holds it; ValueError if the key implementation is unknown."""
     import jax
     import jax.numpy as jnp
 
     if "stored_as" in info:
-        import ml_dtypes  # noqa: F401  (registers bfloat16 & co. with numpy)
-
-        array = array.view(np.dtype(info["dtype"]))
-    if info.get("dtype") == "key":
+        array = array.view(dtype_of(info["dtype"]))
+    if info["dtype"] == "key":
         return jax.random.wrap_key_data(jnp.asarray(array), impl=info["key_impl"])
     return jnp.asarray(array)
+
+
+def _restored(array: np.ndarray, info: Mapping[str, Any], where: str, problems: list[str]) -> Any:
+    trouble = _stored_problem(array, info)
+    if trouble is None:
+        try:
+            return _restore(array, info)
+        except (ValueError, TypeError, KeyError) as error:
+            trouble = (
+                f"its PRNG key data cannot be restored with key_impl {info.get('key_impl')!r} "
+                f"({error})"
+            )
+    problems.append(f"{where}: {trouble}; the checkpoint is corrupt. Load an earlier one.")
+    return None
 
 
 def _kind_type(name: str, provider: str | None) -> tuple[type | None, str | None]:
@@ -187,7 +166,9 @@ def _fill(
         if key not in tensors:
             problems.append(f"{where}: listed in the manifest but absent from the tensor file.")
             continue
-        assignments.append((variable, _restore(tensors[key], info)))
+        restored = _restored(tensors[key], info, where, problems)
+        if restored is not None:
+            assignments.append((variable, restored))
     for key in sorted(set(entries) - seen, key=lambda k: _path_order(entries[k]["path"])):
         info = entries[key]
         problems.append(

@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from ._checkpoint import latest_checkpoint, rotate, save, step_directory
-from ._checkpoint_load import load, read_manifest
+from ._checkpoint_load import load
+from ._checkpoint_manifest import read_manifest
 from ._data import Dataset, load_dataset
 from ._train_config import load_train_config
 

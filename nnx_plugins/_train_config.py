@@ -28,6 +28,7 @@ import functools
 import inspect
 import operator
 import os
+import pathlib
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -517,6 +518,18 @@ class CheckpointSection(pydantic.BaseModel):
     dir: str = "checkpoints"
     interval: PositiveInt | None = None
     keep: PositiveInt = 3
+
+    @pydantic.field_validator("dir")
+    @classmethod
+    def _inside_the_run_directory(cls, value: str) -> str:
+        parts = pathlib.PurePath(value).parts
+        if not value.strip() or pathlib.PurePath(value).is_absolute() or ".." in parts:
+            raise PydanticCustomError(
+                "nnx_checkpoint_dir",
+                "must be a relative path inside the run directory, without '..'; choose "
+                "where a run goes with --run-dir (run_dir=...) instead",
+            )
+        return value
 
 
 SECTIONS: dict[str, type[pydantic.BaseModel]] = {
