@@ -11,6 +11,10 @@ Example:
 
 from . import activations as activations
 from . import initializers as initializers
+from ._containers import Flatten as Flatten
+from ._containers import Parallel as Parallel
+from ._containers import Residual as Residual
+from ._containers import Sequential as Sequential
 from ._conv import Conv as Conv
 from ._conv import ConvTranspose as ConvTranspose
 from ._dropout import Dropout as Dropout
@@ -19,8 +23,6 @@ from ._linear import Linear as Linear
 from ._normalization import BatchNorm as BatchNorm
 from ._normalization import LayerNorm as LayerNorm
 from ._normalization import RMSNorm as RMSNorm
-from ._sequential import Flatten as Flatten
-from ._sequential import Sequential as Sequential
 from .activations import elu as elu
 from .activations import gelu as gelu
 from .activations import leaky_relu as leaky_relu
@@ -43,6 +45,8 @@ __all__ = [
     "RMSNorm",
     "Dropout",
     "Sequential",
+    "Residual",
+    "Parallel",
     "Flatten",
     "relu",
     "gelu",
