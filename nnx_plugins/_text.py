@@ -11,12 +11,23 @@ Example:
 from __future__ import annotations
 
 import difflib
+import errno
 import re
 from collections.abc import Iterable, Sequence
 
-__all__ = ["format_path", "suggest", "close_matches"]
+__all__ = ["format_path", "suggest", "close_matches", "os_problem"]
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_REASONS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "the operation is not permitted (an immutable or protected file?)",
+    errno.EROFS: "the file system is read-only",
+    errno.ENOTDIR: "a part of the path is a file, not a directory",
+    errno.EEXIST: "it exists already",
+    errno.EISDIR: "it is a directory",
+}
 
 
 def format_path(path: Sequence[object]) -> str:
@@ -81,3 +92,17 @@ def suggest(word: object, options: Iterable[str], **how: object) -> str:
     """
     close = close_matches(word, options, **how)  # type: ignore[arg-type]
     return f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+
+
+def os_problem(error: OSError) -> str:
+    """A plain reason for an OS error: ``no space left on the device (ENOSPC)``.
+
+    Example:
+        >>> import errno
+        >>> from nnx_plugins._text import os_problem
+        >>> os_problem(OSError(errno.ENOSPC, "No space left on device"))
+        'no space left on the device (ENOSPC)'
+    """
+    code = errno.errorcode.get(error.errno or 0, "")
+    reason = _REASONS.get(error.errno or 0, error.strerror or str(error))
+    return f"{reason} ({code})" if code else reason

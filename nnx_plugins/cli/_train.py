@@ -26,6 +26,7 @@ __all__ = ["add_commands"]
 def _train(args: argparse.Namespace) -> int:
     from ..training._loop import train  # (here: listing stays light)
     from ..training._mesh import parse_mesh  # (here: listing stays light)
+    from ..training._run_dir import RunError  # (here: listing stays light)
 
     console = Console(highlight=False)
     try:
@@ -38,11 +39,11 @@ def _train(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             console=console,
         )
-    except NnxError as error:
-        print(str(error), file=sys.stderr)
-        return 1
-    except ValueError as error:  # --mesh / batch size / device count / run directory
+    except RunError as error:  # the run directory, the devices, the batch
         print(f"nnx: error: {error}", file=sys.stderr)
+        return 1
+    except NnxError as error:  # (configs, checkpoints, data: they say where themselves)
+        print(str(error), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(
@@ -51,13 +52,19 @@ def _train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
-    console.print(
-        f"trained {result.step} steps in {result.seconds:.1f} s; run directory {result.run_dir}",
-        soft_wrap=True,
-    )
+    console.print(f"{_what_was_trained(result)}; run directory {result.run_dir}", soft_wrap=True)
     console.print(f"checkpoint: {result.checkpoint}", soft_wrap=True)
     console.print(f"test accuracy: {result.test_accuracy:.2%} (test loss {result.test_loss:.4f})")
     return 0
+
+
+def _what_was_trained(result: Any) -> str:
+    """What this command did, in words that stay true after a resume."""
+    if result.steps_trained == 0:
+        return f"nothing left to train: the run is already at step {result.step}"
+    first = result.step - result.steps_trained
+    span = f" (steps {first + 1} to {result.step})" if first else ""
+    return f"trained {result.steps_trained} steps{span} in {result.seconds:.1f} s"
 
 
 def _eval(args: argparse.Namespace) -> int:

@@ -45,7 +45,7 @@ from safetensors.numpy import save_file
 import nnx_core
 
 from .._errors import NnxError
-from .._text import format_path
+from .._text import format_path, os_problem
 from ..config._build import to_config
 from ..registry._errors import PluginError
 from ..registry._lookup import load_variable_types
@@ -304,17 +304,35 @@ def save(
         "sha256": None,
         "entries": entries,
     }
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    temporary = tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent)
+    temporary = None
     try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        temporary = tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent)
         _write_tensors(tensors, os.path.join(temporary, TENSORS))
         manifest["sha256"] = _sha256(os.path.join(temporary, TENSORS))
         _write_manifest(manifest, os.path.join(temporary, MANIFEST))
         _replace_directory(temporary, directory)
+    except OSError as error:
+        _remove(temporary)
+        needed = sum(array.nbytes for array in tensors.values())
+        raise CheckpointError(
+            directory,
+            action="save",
+            problems=[
+                f"writing it failed: {os_problem(error)} ({getattr(error, 'filename', None) or directory}). "
+                f"It needs about {needed:,} bytes. Nothing was replaced: earlier checkpoints are "
+                "intact. Free space or fix permissions, or save elsewhere (--run-dir)."
+            ],
+        ) from error
     except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
+        _remove(temporary)
         raise
     return directory
+
+
+def _remove(temporary: str | None) -> None:
+    if temporary is not None:
+        shutil.rmtree(temporary, ignore_errors=True)
 
 
 def _replace_directory(source: str, target: pathlib.Path) -> None:

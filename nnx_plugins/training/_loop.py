@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -34,7 +35,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-import nnx_core
 import nnx_core as nnx
 
 from ..config._build import build
@@ -46,6 +46,7 @@ from ._config import config_problem, load_train_config
 from ._data import Dataset, load_dataset
 from ._mesh import batch_placer, make_mesh, replicate_unplaced
 from ._metrics import MetricsLog, Progress, plot_metrics
+from ._run_dir import RunLock, check_new_run, choose_run_dir
 
 __all__ = ["TrainResult", "train", "evaluate", "evaluate_model"]
 
@@ -57,7 +58,9 @@ class TrainResult:
     """What a training run produced.
 
     Attributes:
-        step: the last step trained.
+        step: the step the model is at (the last step trained, or the step it resumed at).
+        steps_trained: how many steps this call trained (fewer than ``step`` after a resume,
+            0 when the run had already reached its end).
         test_accuracy, test_loss: metrics on the test split after the last step.
         run_dir: where ``metrics.jsonl``, ``metrics.png`` and ``checkpoints/`` are.
         checkpoint: the last checkpoint written (``None`` if none).
@@ -66,6 +69,7 @@ class TrainResult:
     """
 
     step: int
+    steps_trained: int
     test_accuracy: float
     test_loss: float
     run_dir: pathlib.Path
@@ -137,7 +141,7 @@ def _trainable(section: Any) -> tuple[type, ...]:
     kinds = []
     for name in section.trainable:
         try:
-            kinds.append(nnx_core.variable_type(name))
+            kinds.append(nnx.variable_type(name))
         except KeyError:
             kinds.append(get_variable_type(name))
     return tuple(kinds)
@@ -168,29 +172,6 @@ class _Plan:
     ckpt_every: int | None
     ckpt_dir: pathlib.Path
     run_dir: pathlib.Path
-
-
-def _run_dir(config: Any, run_dir: str | os.PathLike[str] | None, resume: bool) -> pathlib.Path:
-    """The run directory; the default ``runs/<name>`` becomes ``runs/<name>-2``, ... rather than
-    mixing a new run with an old run's checkpoints (``resume`` picks the newest of them)."""
-    subdir = config.sections["checkpoint"].dir
-    if run_dir is not None:
-        run_dir = pathlib.Path(run_dir)
-        found = latest_checkpoint(run_dir / subdir)
-        if found is not None and not resume:
-            raise ValueError(
-                f"{run_dir} already holds checkpoints (newest: {found.name}). Pass --resume "
-                "(resume=True) to continue that run, or choose another --run-dir."
-            )
-        return run_dir
-    stem = pathlib.Path(config.source).stem if config.source != "<dict>" else "run"
-    candidates = [
-        pathlib.Path("runs") / (stem if i == 1 else f"{stem}-{i}") for i in range(1, 10_000)
-    ]
-    used = [c for c in candidates[:-1] if latest_checkpoint(c / subdir) is not None]
-    if resume:
-        return used[-1] if used else candidates[0]
-    return next(c for c in candidates if latest_checkpoint(c / subdir) is None)
 
 
 def _plan(config: Any, run_dir: pathlib.Path) -> _Plan:
@@ -267,8 +248,9 @@ def train(
         mesh: a `jax.sharding.Mesh` with a ``data`` axis (and optionally ``model``), or a
             mapping such as ``{"data": 8}``; the batch is sharded over ``data`` and each Variable
             by its ``sharding_names`` where they name a mesh axis.
-        progress: show a progress bar and the evaluations (``False``: print nothing).
-        console: a `rich.console.Console` for the output (default: stdout).
+        progress: show a progress bar.
+        console: a `rich.console.Console` for the evaluation and resume lines; by default
+            stdout while the progress bar is shown, and nowhere when ``progress=False``.
         stop_at: stop after this step (as a preempted job would), checkpointing it.
 
     Returns:
@@ -278,32 +260,35 @@ def train(
         ConfigError: the config is invalid, or the model does not fit the data.
         DataError: a data file cannot be read.
         CheckpointError: ``resume`` found a checkpoint that does not fit.
-        ValueError: ``run_dir`` holds checkpoints but ``resume`` is False; a bad ``mesh``.
+        RunError: ``run_dir`` is a file, holds checkpoints but ``resume`` is False, is used by
+            another run, cannot be written (a full disk, no permission); or the ``mesh`` does
+            not fit the devices or the batch.
     """
     started = time.perf_counter()
     config = load_train_config(config)
-    plan = _plan(config, _run_dir(config, run_dir, resume))
+    plan = _plan(config, choose_run_dir(config, run_dir, resume))
     if isinstance(mesh, Mapping):
         mesh = make_mesh(mesh)
-    train_section = config.sections["train"]
-    place = batch_placer(mesh, train_section.batch_size)
-    plan.run_dir.mkdir(parents=True, exist_ok=True)
-    model, optimizer = _setup(plan, mesh)
-    end = plan.total if stop_at is None else min(stop_at, plan.total)
-    with Progress(progress, plan.total, 0, console) as bar:
-        start = _resume(plan, model, optimizer, bar) if resume else 0
-        end = max(end, start)  # (a checkpoint past stop_at or the total: nothing left to train)
-        log = MetricsLog(plan.run_dir / "metrics.jsonl", start, writes=_is_main_process())
-        bar.update(start, float("nan"), 0.0)
-        checkpoint = _loop(plan, (model, optimizer), (start, end), place, log, bar)
-        metrics = evaluate_model(model, plan.data)
-    logged = any(r["step"] == end and r.get("split") == "test" for r in log.records)
-    if end == plan.total and not logged:  # (a stopped run's log is an uninterrupted run's)
-        log.write({"step": end, "split": "test", **metrics})
-    if _is_main_process():
-        plot_metrics(log.records, plan.run_dir / "metrics.png")
+    place = batch_placer(mesh, config.sections["train"].batch_size)
+    with RunLock(plan.run_dir) if _is_main_process() else contextlib.nullcontext():
+        check_new_run(plan.run_dir, plan.ckpt_dir, resume)
+        model, optimizer = _setup(plan, mesh)
+        with Progress(progress, plan.total, 0, console) as bar:
+            start = _resume(plan, model, optimizer, bar) if resume else 0
+            # (a checkpoint past stop_at or the total: nothing left to train)
+            end = max(plan.total if stop_at is None else min(stop_at, plan.total), start)
+            log = MetricsLog(plan.run_dir / "metrics.jsonl", start, writes=_is_main_process())
+            bar.update(start, float("nan"), 0.0)
+            checkpoint = _loop(plan, (model, optimizer), (start, end), place, log, bar)
+            metrics = evaluate_model(model, plan.data)
+        logged = any(r["step"] == end and r.get("split") == "test" for r in log.records)
+        if end == plan.total and not logged:  # (a stopped run's log is an uninterrupted run's)
+            log.write({"step": end, "split": "test", **metrics})
+        if _is_main_process():
+            plot_metrics(log.records, plan.run_dir / "metrics.png")
     return TrainResult(
         end,
+        end - start,
         metrics["accuracy"],
         metrics["loss"],
         plan.run_dir,

@@ -19,6 +19,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import nnx_core as nnx
 
+from ._run_dir import RunError
+
 __all__ = ["parse_mesh", "make_mesh", "replicate_unplaced", "batch_placer"]
 
 
@@ -31,7 +33,7 @@ def parse_mesh(text: str) -> dict[str, int]:
         {'data': 4, 'model': 2}
 
     Raises:
-        ValueError: not of that form.
+        RunError: not of that form.
     """
     axes: dict[str, int] = {}
     for part in text.split(","):
@@ -43,12 +45,12 @@ def parse_mesh(text: str) -> dict[str, int]:
             or not size.strip().isdigit()
             or int(size) < 1
         ):
-            raise ValueError(
+            raise RunError(
                 f"--mesh expects data=N or data=N,model=M with positive sizes, got {text!r}."
             )
         axes[name] = int(size)
     if "data" not in axes:
-        raise ValueError(f"--mesh needs a 'data' axis (e.g. data=8), got {text!r}.")
+        raise RunError(f"--mesh needs a 'data' axis (e.g. data=8), got {text!r}.")
     return axes
 
 
@@ -56,14 +58,14 @@ def make_mesh(axes: Mapping[str, int]) -> Any:
     """A `jax.sharding.Mesh` over the first ``prod(sizes)`` devices with axes ``data``, ``model``.
 
     Raises:
-        ValueError: fewer devices than the mesh needs.
+        RunError: fewer devices than the mesh needs.
     """
 
     sizes = {"data": axes.get("data", 1), "model": axes.get("model", 1)}
     needed = sizes["data"] * sizes["model"]
     devices = jax.devices()
     if needed > len(devices):
-        raise ValueError(
+        raise RunError(
             f"--mesh data={sizes['data']},model={sizes['model']} needs {needed} devices but "
             f"{len(devices)} {devices[0].platform.upper()} device(s) are visible. On CPU, simulate "
             f"more with XLA_FLAGS=--xla_force_host_platform_device_count={needed}."
@@ -88,7 +90,7 @@ def batch_placer(mesh: Any, batch_size: int) -> Any:
         return lambda x, y: (x, y)
     data_size = mesh.shape["data"]
     if batch_size % data_size:
-        raise ValueError(
+        raise RunError(
             f"train.batch_size {batch_size} must be divisible by the mesh's data "
             f"axis ({data_size}) to shard each batch evenly."
         )

@@ -11,9 +11,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
+from collections.abc import Iterator
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -28,6 +30,9 @@ from rich.progress import (
 )
 from rich.progress import Progress as RichProgress
 
+from .._text import os_problem
+from ._run_dir import RunError
+
 __all__ = ["MetricsLog", "Progress", "plot_metrics"]
 
 
@@ -37,19 +42,34 @@ class MetricsLog:
     def __init__(self, path: pathlib.Path, start: int, *, writes: bool = True):
         self.path, self.writes = path, writes
         self.records: list[dict[str, Any]] = []
-        if start > 0 and path.exists():
-            with open(path, encoding="utf-8") as handle:
-                lines = [_parse(line) for line in handle]
-            self.records = [r for r in lines if r is not None and r.get("step", 0) <= start]
-        if writes:
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.writelines(json.dumps(r) + "\n" for r in self.records)
+        with _reported(path):
+            if start > 0 and path.exists():
+                with open(path, encoding="utf-8") as handle:
+                    lines = [_parse(line) for line in handle]
+                self.records = [r for r in lines if r is not None and r.get("step", 0) <= start]
+            if writes:  # (replaced whole, so that a failed write cannot truncate the old log)
+                temporary = path.with_name(f".{path.name}.tmp")
+                with open(temporary, "w", encoding="utf-8") as handle:
+                    handle.writelines(json.dumps(r) + "\n" for r in self.records)
+                os.replace(temporary, path)
 
     def write(self, record: dict[str, Any]) -> None:
         self.records.append(record)
         if self.writes:
-            with open(self.path, "a", encoding="utf-8") as handle:
+            with _reported(self.path), open(self.path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")
+
+
+@contextlib.contextmanager
+def _reported(path: str | os.PathLike[str]) -> Iterator[None]:
+    """OS errors while writing a run's report files become a `RunError` naming the file."""
+    try:
+        yield
+    except OSError as error:
+        raise RunError(
+            f"cannot write {path}: {os_problem(error)}. The checkpoints written so far are "
+            "intact; free space or fix permissions, then continue with --resume."
+        ) from error
 
 
 def _parse(line: str) -> dict[str, Any] | None:
@@ -80,13 +100,17 @@ def plot_metrics(records: list[dict[str, Any]], path: str | os.PathLike[str]) ->
     right.set(xlabel="step", ylabel="accuracy", title="test accuracy")
     right.set_ylim(max(0.0, lowest - 0.05), 1.0)
     figure.tight_layout()
-    figure.savefig(path, dpi=80)
+    with _reported(path):
+        figure.savefig(path, dpi=80)
 
 
 class Progress:
-    """A rich progress bar with loss and throughput, or nothing."""
+    """A rich progress bar with loss and throughput (or none), and the run's report lines."""
 
     def __init__(self, enabled: bool, total: int, start: int, console: Any):
+        # lines (evaluations, resume notes) go to `console`; without one, to stdout while a
+        # bar is shown and nowhere otherwise
+        self.lines = console is not None or enabled
         self.console = console or Console(highlight=False)
         self.bar = None
         if enabled:
@@ -116,5 +140,5 @@ class Progress:
             self.bar.update(self.task, completed=step, loss=f"{loss:.4f}", rate=f"{rate:,.0f}")
 
     def print(self, text: str) -> None:
-        if self.bar is not None:
+        if self.lines:
             self.console.print(text, soft_wrap=True)
