@@ -21,6 +21,11 @@ from ._graph import register_node_type as register_node_type
 from ._module import Module as Module
 from ._optimizer import Optimizer as Optimizer
 from ._optimizer import OptState as OptState
+from ._rng_split import SplitBackups as SplitBackups
+from ._rng_split import fork_rngs as fork_rngs
+from ._rng_split import reseed as reseed
+from ._rng_split import restore_rngs as restore_rngs
+from ._rng_split import split_rngs as split_rngs
 from ._rngs import RngCount as RngCount
 from ._rngs import RngKey as RngKey
 from ._rngs import Rngs as Rngs
@@ -35,12 +40,14 @@ from ._tracing import TraceContextError as TraceContextError
 from ._transforms._autodiff import grad as grad
 from ._transforms._autodiff import remat as remat
 from ._transforms._autodiff import value_and_grad as value_and_grad
+from ._transforms._axes import StateSharding as StateSharding
 from ._transforms._control import cond as cond
 from ._transforms._control import fori_loop as fori_loop
 from ._transforms._eval_shape import eval_shape as eval_shape
 from ._transforms._jit import jit as jit
 from ._transforms._mapping import Carry as Carry
 from ._transforms._mapping import StateAxes as StateAxes
+from ._transforms._mapping import pmap as pmap
 from ._transforms._mapping import vmap as vmap
 from ._transforms._scan import scan as scan
 from ._variables import BatchStat as BatchStat
@@ -74,8 +81,10 @@ __all__ = [
     "RngKey",
     "RngStream",
     "Rngs",
+    "SplitBackups",
     "State",
     "StateAxes",
+    "StateSharding",
     "TraceContextError",
     "Variable",
     "clone",
@@ -83,6 +92,7 @@ __all__ = [
     "create_sharded",
     "eval_shape",
     "fori_loop",
+    "fork_rngs",
     "format_path",
     "get_named_sharding",
     "get_partition_spec",
@@ -91,14 +101,18 @@ __all__ = [
     "iter_graph",
     "jit",
     "merge",
+    "pmap",
     "pop",
     "register_node_type",
     "register_variable_type",
     "registered_variable_types",
     "remat",
+    "reseed",
+    "restore_rngs",
     "scan",
     "shard",
     "split",
+    "split_rngs",
     "state",
     "to_predicate",
     "update",
