@@ -37,12 +37,17 @@ from ._sharding import shard as shard
 from ._state import State as State
 from ._state import format_path as format_path
 from ._tracing import TraceContextError as TraceContextError
+from ._transforms._autodiff import DiffState as DiffState
 from ._transforms._autodiff import grad as grad
+from ._transforms._autodiff import jvp as jvp
 from ._transforms._autodiff import remat as remat
 from ._transforms._autodiff import value_and_grad as value_and_grad
+from ._transforms._autodiff import vjp as vjp
 from ._transforms._axes import StateSharding as StateSharding
 from ._transforms._control import cond as cond
 from ._transforms._control import fori_loop as fori_loop
+from ._transforms._control import switch as switch
+from ._transforms._control import while_loop as while_loop
 from ._transforms._eval_shape import eval_shape as eval_shape
 from ._transforms._jit import jit as jit
 from ._transforms._mapping import Carry as Carry
@@ -65,6 +70,7 @@ __all__ = [
     "Any",
     "BatchStat",
     "Cache",
+    "DiffState",
     "Carry",
     "Everything",
     "GraphDef",
@@ -100,6 +106,7 @@ __all__ = [
     "graphdef",
     "iter_graph",
     "jit",
+    "jvp",
     "merge",
     "pmap",
     "pop",
@@ -113,11 +120,14 @@ __all__ = [
     "shard",
     "split",
     "split_rngs",
+    "switch",
     "state",
     "to_predicate",
     "update",
     "value_and_grad",
     "variable_name",
     "variable_type",
+    "vjp",
     "vmap",
+    "while_loop",
 ]
