@@ -48,6 +48,7 @@ from ._transforms._control import cond as cond
 from ._transforms._control import fori_loop as fori_loop
 from ._transforms._control import switch as switch
 from ._transforms._control import while_loop as while_loop
+from ._transforms._custom_vjp import custom_vjp as custom_vjp
 from ._transforms._eval_shape import eval_shape as eval_shape
 from ._transforms._jit import jit as jit
 from ._transforms._mapping import Carry as Carry
@@ -55,6 +56,7 @@ from ._transforms._mapping import StateAxes as StateAxes
 from ._transforms._mapping import pmap as pmap
 from ._transforms._mapping import vmap as vmap
 from ._transforms._scan import scan as scan
+from ._transforms._shard_map import shard_map as shard_map
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache
 from ._variables import Intermediate as Intermediate
@@ -96,6 +98,7 @@ __all__ = [
     "clone",
     "cond",
     "create_sharded",
+    "custom_vjp",
     "eval_shape",
     "fori_loop",
     "fork_rngs",
@@ -118,6 +121,7 @@ __all__ = [
     "restore_rngs",
     "scan",
     "shard",
+    "shard_map",
     "split",
     "split_rngs",
     "switch",

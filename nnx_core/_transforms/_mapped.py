@@ -83,6 +83,8 @@ class MappedCall:
         self.state_specs = state_specs(f"{name}: {what}", self.plan, root_specs, check)
         self.values = [v._value if isinstance(v, Variable) else v
                        for v in self.plan.current_leaves()]
+        self.restore: list[tuple[int, Any]] = []  # original Rng keys, put back after the call
+        self.by_index: list[int] = []  # key leaves each device indexes by axis_index
 
     # -- where things are, for error messages (computed only when raising) ------------------
     def where_other(self, k: int) -> str:
@@ -90,6 +92,10 @@ class MappedCall:
 
     def where_root(self, r: int) -> str:
         return arg_paths(self.args, self.kwargs)[self.positions[r]]
+
+    def where(self, kind: str, i: int) -> str:
+        """Where state leaf ``i`` (``kind="state"``) or other leaf ``i`` came from."""
+        return self.where_state(i) if kind == "state" else self.where_other(i)
 
     def where_state(self, i: int) -> str:
         r = next(r for r, (a, b) in enumerate(self.plan.bounds) if a <= i < b)
@@ -110,7 +116,7 @@ class MappedCall:
                 if not isinstance(ax, int):
                     continue
                 shape = jnp.shape(v)
-                where = self.where_state(i) if kind == "state" else self.where_other(i)
+                where = self.where(kind, i)
                 if not -len(shape) <= ax < len(shape):
                     raise ValueError(
                         f"{self.name}: in_axes maps {where} along axis {ax}, but its shape is "
@@ -132,12 +138,13 @@ class MappedCall:
                              f"{size_arg}= to say how many iterations.")
         return next(iter(sizes))
 
-    def split_unmapped_rngs(self, size: int) -> list[tuple[int, Any]]:
-        """Unmapped Rng streams: each example gets its own key; the stream advances once.
+    def _draw_unmapped_rngs(self, size: int) -> list[tuple[int, Any]]:
+        """Unmapped Rng streams with one key: ``size`` keys from one draw, by key leaf index.
 
-        Returns the original keys by leaf index, to put back after the call.
+        Each stream advances once (the caller's count); the original keys are kept by
+        :attr:`restore` to put back after the call.
         """
-        restore = []
+        drawn = []
         plan = self.plan
         index = {id(leaf): i for i, leaf in enumerate(plan.leaves)}
         for obj in plan.objs:
@@ -150,10 +157,23 @@ class MappedCall:
             ci = index.get(id(obj.count))
             if ci is not None:
                 self.values[ci] = obj.count.value
-            restore.append((i, self.values[i]))
-            self.values[i] = jax.random.split(key, size)
+            self.restore.append((i, self.values[i]))
+            drawn.append((i, jax.random.split(key, size)))
+        return drawn
+
+    def split_unmapped_rngs(self, size: int) -> None:
+        """Unmapped Rng streams: each example gets its own key, mapped along axis 0."""
+        for i, keys in self._draw_unmapped_rngs(size):
+            self.values[i] = keys
             self.state_specs[i] = 0
-        return restore
+
+    def index_unmapped_rngs(self, size: int) -> None:
+        """As :meth:`split_unmapped_rngs`, but the keys go in whole (unmapped) and each device
+        takes its own by ``axis_index`` (pmap: inputs computed from its replicated outputs
+        cannot be mapped again)."""
+        for i, keys in self._draw_unmapped_rngs(size):
+            self.values[i] = keys
+            self.by_index.append(i)
 
 
 def _roots_changed(info: OutInfo, in_spec: tuple[Any, ...]) -> bool:
@@ -173,8 +193,10 @@ class MapBody:
     keep it beside its compiled function; the values come in as arguments.
     """
 
-    def __init__(self, name: str, f: Callable[..., Any], call: MappedCall, out_specs: Any):
+    def __init__(self, name: str, f: Callable[..., Any], call: MappedCall, out_specs: Any, *,
+                 axis_name: Any = None):
         self.name, self.f, self.out_specs = name, f, out_specs
+        self.axis_name, self.by_index = axis_name, tuple(call.by_index)
         self.graphdef = call.plan.graphdef
         self.treedef, self.positions = call.treedef, tuple(call.positions)
         self.state_specs = list(call.state_specs)
@@ -188,11 +210,17 @@ class MapBody:
         self.unmapped_changed: list[int] = []  # state set by the function where its spec is None
 
     def __call__(self, values: tuple[Any, ...], others: tuple[Any, ...]) -> tuple[list[Any], ...]:
+        whole = values
+        if self.by_index:
+            index = jax.lax.axis_index(self.axis_name)
+            values = tuple(v[index] if i in self.by_index else v for i, v in enumerate(values))
         a, kw, roots, objs = rebuild(self.graphdef, values, self.treedef, self.positions, others)
         out = self.f(*a, **kw)
         box: list[Plan] = []
         info, out_values, out_others = collect(self.graphdef, values, roots, objs, out,
                                                return_all=True, plan_box=box)
+        for i in self.by_index:  # the keys go out as they came in (and are restored outside)
+            out_values[i] = whole[i]
         if not info.same and _roots_changed(info, self.graphdef.spec):
             raise ValueError(
                 f"{self.name}: the function changed the structure of a Module argument (added "
@@ -228,7 +256,7 @@ class MapBody:
         return specs
 
     def finish(self, plan: Plan, grouped: Sequence[Sequence[Any]],
-               restore: list[tuple[int, Any]]) -> Any:
+               restore: Sequence[tuple[int, Any]]) -> Any:
         """Outside: values back in order, Rng keys restored, results applied to the caller."""
         assert self.info is not None
         iters = {g: iter(vals) for g, vals in zip(self.groups, grouped)}

@@ -33,8 +33,7 @@ def _check_axis(name: str) -> Callable[[Any, str], None]:
     return check
 
 
-def _run_mapped(jax_map: Callable[..., Any], body: MapBody, call: MappedCall,
-                restore: list[tuple[int, Any]]) -> Any:
+def _run_mapped(jax_map: Callable[..., Any], body: MapBody, call: MappedCall) -> Any:
     try:
         grouped = jax_map(body)(tuple(call.values), tuple(call.others))
     except ValueError as e:
@@ -47,7 +46,7 @@ def _run_mapped(jax_map: Callable[..., Any], body: MapBody, call: MappedCall,
             "...: None})), reduce it over the axis (jax.lax.pmean with axis_name=...), or give "
             f"the output an axis in out_axes. JAX says: {str(e).splitlines()[0]}"
         ) from None
-    return body.finish(call.plan, grouped, restore)
+    return body.finish(call.plan, grouped, call.restore)
 
 
 def vmap(
@@ -99,7 +98,7 @@ def vmap(
         call = MappedCall("vmap", args, kwargs, in_axes, kwargs_spec=0,
                           check=_check_axis("vmap"))
         size = call.mapped_size(axis_size)
-        restore = call.split_unmapped_rngs(size)
+        call.split_unmapped_rngs(size)
         body = MapBody("vmap", f, call, out_axes)
 
         def jax_map(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -107,9 +106,12 @@ def vmap(
                             out_axes=body.groups, axis_name=axis_name, axis_size=size,
                             spmd_axis_name=spmd_axis_name)
 
-        return _run_mapped(jax_map, body, call, restore)
+        return _run_mapped(jax_map, body, call)
 
     return wrapper
+
+
+_PMAP_AXIS = "_nnx_core_pmap"  # the axis name when the user gives none (Rng keys need one)
 
 
 class PmapWrapped:
@@ -135,19 +137,19 @@ class PmapWrapped:
         call = MappedCall("pmap", dynamic, kwargs, in_axes, kwargs_spec=0,
                           check=_check_axis("pmap"))
         size = call.mapped_size(self.pmap_kwargs.get("axis_size"))
-        restore = call.split_unmapped_rngs(size)
+        call.index_unmapped_rngs(size)
         donated = [args[i % n] for i in self.donate if -n <= i < n and i % n not in static]
         donate = tuple(k for k, wanted in enumerate((
             any(is_graph_root(a) for a in donated),
             any(not is_graph_root(a) for a in donated))) if wanted)
         static_pos = tuple(sorted(static.items()))
         key = (call.plan.graphdef, call.treedef, tuple(call.positions), tuple(call.state_specs),
-               tuple(call.other_specs), static_pos, donate)
+               tuple(call.other_specs), tuple(call.by_index), static_pos, donate)
         entry = self._compiled.get(key)
         if entry is None:
             entry = self._compiled[key] = self._compile(call, static_pos, donate)
         fn, body = entry
-        return _run_mapped(lambda _: fn, body, call, restore)
+        return _run_mapped(lambda _: fn, body, call)
 
     def _compile(self, call: MappedCall, static_pos: tuple[tuple[int, Any], ...],
                  donate: tuple[int, ...]) -> tuple[Callable[..., Any], MapBody]:
@@ -159,9 +161,11 @@ class PmapWrapped:
                     full.insert(i, v)
                 return self.f(*full, **kw)
 
-        body = MapBody("pmap", f, call, self.out_axes)
+        kwargs = dict(self.pmap_kwargs)
+        kwargs.setdefault("axis_name", _PMAP_AXIS)
+        body = MapBody("pmap", f, call, self.out_axes, axis_name=kwargs["axis_name"])
         fn = jax.pmap(body, in_axes=(tuple(call.state_specs), tuple(call.other_specs)),
-                      out_axes=body.groups, donate_argnums=donate, **self.pmap_kwargs)
+                      out_axes=body.groups, donate_argnums=donate, **kwargs)
         return fn, body
 
 
