@@ -30,6 +30,7 @@ from ._rngs import RngCount as RngCount
 from ._rngs import RngKey as RngKey
 from ._rngs import Rngs as Rngs
 from ._rngs import RngStream as RngStream
+from ._rngs import WithTag as WithTag
 from ._sharding import create_sharded as create_sharded
 from ._sharding import get_named_sharding as get_named_sharding
 from ._sharding import get_partition_spec as get_partition_spec
@@ -55,6 +56,8 @@ from ._transforms._mapping import Carry as Carry
 from ._transforms._mapping import StateAxes as StateAxes
 from ._transforms._mapping import pmap as pmap
 from ._transforms._mapping import vmap as vmap
+from ._transforms._partial import cached_partial as cached_partial
+from ._transforms._partial import jit_partial as jit_partial
 from ._transforms._scan import scan as scan
 from ._transforms._shard_map import shard_map as shard_map
 from ._variables import BatchStat as BatchStat
@@ -95,6 +98,8 @@ __all__ = [
     "StateSharding",
     "TraceContextError",
     "Variable",
+    "WithTag",
+    "cached_partial",
     "clone",
     "cond",
     "create_sharded",
@@ -109,6 +114,7 @@ __all__ = [
     "graphdef",
     "iter_graph",
     "jit",
+    "jit_partial",
     "jvp",
     "merge",
     "pmap",

@@ -128,7 +128,8 @@ def split_rngs(
     Args:
         node: a Module, Rngs, or any container of them.
         splits: the number of keys (or their shape) per stream.
-        only: which streams: a stream name, ``...`` (all) or a filter (``nnx.Not("params")``).
+        only: which streams: a stream name (or a tuple of names), ``...`` (all), or a filter
+            on their key/count Variables (``nnx.Not(nnx.WithTag("params"))``).
         squeeze: with ``splits=1``, keep the key shape unchanged (one key, not a batch of one).
 
     Example:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from ._filters import All, Any_, Filter, Not, to_predicate
+from ._filters import Filter, to_predicate
 from ._module import Module
 from ._variables import Variable
 
@@ -111,25 +112,38 @@ class RngStream(Module):
         return RngStream(self(), tag=self.tag)
 
 
+@dataclass(frozen=True)
+class WithTag:
+    """Filter: Variables (and Rng streams) whose ``tag`` is ``tag``, e.g. an Rng stream's.
+
+    Inside ``nnx.Not``/``All``/``Any`` a string means a Variable kind, so a stream is named
+    there with ``WithTag``: ``nnx.split_rngs(rngs, splits=4, only=nnx.Not(nnx.WithTag("dropout")))``.
+
+    Example:
+        >>> import nnx_core as nnx
+        >>> rngs = nnx.Rngs(params=0, dropout=1)
+        >>> [nnx.format_path(p) for p, _ in nnx.state(rngs, nnx.WithTag("dropout")).flat_state()]
+        ['dropout.count', 'dropout.key']
+    """
+
+    tag: str
+
+    def __call__(self, path: tuple[Any, ...], value: Any) -> bool:
+        return getattr(value, "tag", None) == self.tag
+
+
 def stream_predicate(filter: Filter) -> Callable[[tuple[Any, ...], RngStream], bool]:  # noqa: A002
     """A predicate ``(path, stream) -> bool`` for filters over Rng streams.
 
-    A string names a stream (its tag), also inside ``Not``/``All``/``Any`` and tuples; any
-    other filter is applied, as in flax.nnx, to the stream's ``key`` and ``count`` Variables
-    at ``path + ("key",)`` / ``path + ("count",)`` and must match both.
+    A string names a stream (its tag), also inside a tuple or list; any other filter is
+    applied, as in flax.nnx, to the stream's ``key`` and ``count`` Variables at
+    ``path + ("key",)`` / ``path + ("count",)`` and must match both.
     """
     if isinstance(filter, str):
         return lambda path, stream: stream.tag == filter
     if isinstance(filter, (tuple, list)):
         parts = [stream_predicate(f) for f in filter]
         return lambda path, stream: any(p(path, stream) for p in parts)
-    if isinstance(filter, Not):
-        inner = stream_predicate(filter.filter)
-        return lambda path, stream: not inner(path, stream)
-    if isinstance(filter, Any_):
-        parts = [stream_predicate(f) for f in filter.filters]
-        every = isinstance(filter, All)
-        return lambda path, stream: (all if every else any)(p(path, stream) for p in parts)
     pred = to_predicate(filter)
     return lambda path, stream: bool(pred((*path, "key"), stream.key)
                                      and pred((*path, "count"), stream.count))
@@ -225,8 +239,8 @@ class Rngs(Module):
         """A new Rngs whose streams hold a batch of keys (one draw of each stream split).
 
         ``splits`` is a shape for every stream, or a mapping from stream filters (a stream
-        name, ``...``, ``nnx.Not("params")``) to a shape or ``None``; the first matching filter
-        wins. A stream matched by ``None`` or by no filter is the same stream object in both.
+        name, ``...``, ``nnx.Not(nnx.WithTag("params"))``) to a shape or ``None``; the first
+        matching filter wins. A stream matched by ``None`` or by no filter is the same stream object in both.
 
         Raises:
             TypeError: a split count is not a positive int or tuple of them.
