@@ -172,7 +172,7 @@ _NO = _Missing()
 def _show(x: Any) -> str:
     if isinstance(x, tuple):
         return "(" + ", ".join(_show(v) for v in x) + ("," if len(x) == 1 else "") + ")"
-    if hasattr(x, "shape") and hasattr(x, "dtype"):
+    if not is_graph_root(x) and hasattr(x, "shape") and hasattr(x, "dtype"):
         return f"{x.dtype}{list(x.shape)}"
     return type(x).__name__ if not isinstance(x, _Missing) else repr(x)
 
