@@ -72,7 +72,6 @@ class DiffArgs:
         for a in args:
             offsets.append(offsets[-1] + len(jax.tree_util.tree_leaves(a, is_leaf=is_graph_root)))
         self.slots: list[tuple[int, list[list[int]], Any]] = []  # argnum, indices per root, treedef
-        seen: dict[int, int] = {}
         paths, leaves = plan.graphdef.paths, plan.current_leaves()
         for n, pred, strict in selection:
             roots = [r for r, p in enumerate(call.positions) if offsets[n] <= p < offsets[n + 1]]
@@ -84,16 +83,9 @@ class DiffArgs:
             per_root = []
             for r in roots:
                 start, stop = plan.bounds[r]
-                idx = [i for i in range(start, stop) if (pred or _all_inexact)(paths[i], leaves[i])]
-                for i in idx:
-                    if i in seen:
-                        raise ValueError(
-                            f"{name}: {format_path(paths[i])} would be differentiated twice (the "
-                            f"same Variable is in arguments {seen[i]} and {n}); differentiate "
-                            "it through one argument only."
-                        )
-                    seen[i] = n
-                per_root.append(idx)
+                # a Variable shared with an earlier root is that root's (Plans list it once)
+                per_root.append([i for i in range(start, stop)
+                                 if (pred or _all_inexact)(paths[i], leaves[i])])
             treedef = jax.tree_util.tree_structure(args[n], is_leaf=is_graph_root)
             self.slots.append((n, per_root, treedef))
 
@@ -244,8 +236,7 @@ def value_and_grad(
         (12.0, 4.0)
 
     Raises:
-        ValueError: ``argnums`` names an argument that was not passed or one argument twice,
-            or one Variable is reached through two differentiated arguments.
+        ValueError: ``argnums`` names an argument that was not passed or one argument twice.
         TypeError: ``has_aux=True`` but the function does not return a pair; the output holds
             a Module; a DiffState names an argument that holds no Module.
     """

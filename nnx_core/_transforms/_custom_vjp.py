@@ -200,6 +200,10 @@ class _CustomVjpCall:
         orig = jax.tree_util.tree_leaves(self.args[argnum], is_leaf=is_graph_root)
         try:
             leaves = treedef.flatten_up_to(tangent)
+            if any(not is_graph_root(o) and t is not None
+                   and not jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(t))
+                   for o, t in zip(orig, leaves)):
+                raise ValueError
         except (ValueError, TypeError):
             raise TypeError(f"custom_vjp: the tangent bwd returned for argument {argnum} does not "
                             f"have its structure (a State in place of each Module), got "
