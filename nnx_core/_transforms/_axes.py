@@ -58,7 +58,7 @@ class PerFilter:
     :class:`State` of specs (one entry per path, e.g. from ``get_partition_spec``).
     """
 
-    _what = "spec"
+    _catch_all = "...: None"  # the catch-all entry suggested when no filter matches
 
     def __init__(self, specs: Mapping[Filter, Any] | Iterable[tuple[Filter, Any]] | State, /):
         if isinstance(specs, State):
@@ -85,7 +85,7 @@ class PerFilter:
                 return spec
         raise ValueError(
             f"{where}: {self!r} has no filter matching {format_path(path)} "
-            f"({type(leaf).__name__}); add one, e.g. `...: None` as the last entry."
+            f"({type(leaf).__name__}); add one, e.g. `{self._catch_all}` as the last entry."
         )
 
     def __repr__(self) -> str:
@@ -124,6 +124,8 @@ class StateSharding(PerFilter):
         >>> nnx.StateSharding({nnx.PathContains("kernel"): P(None, "model"), ...: P()})
         StateSharding({PathContains(key='kernel'): P(None, 'model'), ...: P()})
     """
+
+    _catch_all = "...: P()"
 
 
 def is_spec_leaf(x: Any) -> bool:
