@@ -154,3 +154,12 @@ def test_fori_loop_unroll_gives_the_same_result_and_propagates():
     assert_probed(p, calls=4, seen=6.0)
     with pytest.raises(nnx.TraceContextError, match="created outside the JAX transform"):
         nnx.fori_loop(0, 2, lambda i, h: h + Probe.__call__(p, h), jnp.ones(()))
+
+
+def test_cond_propagates_state_and_catches_leaks():
+    p = Probe()
+    nnx.cond(True, lambda p, x: p(x), lambda p, x: x, p, jnp.ones(3))
+    assert_probed(p, calls=1, seen=3.0)
+    captured = Probe()
+    with pytest.raises(nnx.TraceContextError, match="created outside the JAX transform"):
+        nnx.cond(True, lambda x: captured(x), lambda x: x, jnp.ones(2))

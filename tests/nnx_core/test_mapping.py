@@ -250,3 +250,14 @@ def test_pmap_on_four_devices():
     np.testing.assert_allclose(out["ours"], out["flax"])
     assert out["n"] == [1.0, 1.0]
     np.testing.assert_allclose(out["static"], 3 * np.arange(1.0, 5.0)[:, None] * np.ones((4, 2)))
+
+
+def test_pmap_output_structure_that_depends_on_shapes_is_an_error():
+    f = nnx.pmap(lambda x: (x, x) if x.shape[0] > 2 else x)
+    f(jnp.ones((1, 2)))
+    with pytest.raises(
+        ValueError,
+        match=r"pmap: the function returned a different structure for "
+        r"inputs of different shapes; keep outputs independent",
+    ):
+        f(jnp.ones((1, 3)))
