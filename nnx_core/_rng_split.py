@@ -80,11 +80,15 @@ def _streams(node: Any) -> list[tuple[Path, RngStream]]:
 
 def _no_match(name: str, found: list[tuple[Path, RngStream]], rule: str) -> ValueError:
     if not found:
-        return ValueError(f"{name}: found no Rng stream to change; pass a Module or Rngs that "
-                          "holds one (e.g. Rngs(0)).")
+        return ValueError(
+            f"{name}: found no Rng stream to change; pass a Module or Rngs that "
+            "holds one (e.g. Rngs(0))."
+        )
     listed = ", ".join(sorted({f"{format_path(p)} ({s.tag!r})" for p, s in found}))
-    return ValueError(f"{name}: {rule} matches none of the Rng streams found: {listed}. "
-                      "Name a stream (its tag) or use ... for all of them.")
+    return ValueError(
+        f"{name}: {rule} matches none of the Rng streams found: {listed}. "
+        "Name a stream (its tag) or use ... for all of them."
+    )
 
 
 def _check_scalar(name: str, path: Path, stream: RngStream) -> None:
@@ -156,7 +160,8 @@ def split_rngs(
         raise ValueError(f"split_rngs: squeeze=True needs splits=1, got splits={splits!r}.")
     if node is _MISSING:
         return lambda f: _decorate(
-            lambda n: split_rngs(n, splits=splits, only=only, squeeze=squeeze), f)
+            lambda n: split_rngs(n, splits=splits, only=only, squeeze=squeeze), f
+        )
     pred = stream_predicate(only)
     found = _streams(node)
     backups: list[tuple[RngStream, Any, Any]] = []
@@ -196,8 +201,9 @@ def fork_rngs(
     if node is _MISSING:
         return lambda f: _decorate(lambda n: fork_rngs(n, split=split), f)
     rules = split.items() if isinstance(split, Mapping) else [(..., split)]
-    preds = [(stream_predicate(f), None if n is None else as_shape(n, "fork_rngs"))
-             for f, n in rules]
+    preds = [
+        (stream_predicate(f), None if n is None else as_shape(n, "fork_rngs")) for f, n in rules
+    ]
     found = _streams(node)
     backups: list[tuple[RngStream, Any, Any]] = []
     for path, stream in found:
@@ -226,7 +232,9 @@ def _match_shape(path: Path, key: Any, shape: tuple[int, ...]) -> Any:
 
 
 _POLICIES: dict[str, Callable[[Path, Any, tuple[int, ...]], Any]] = {
-    "scalars_only": _scalars_only, "match_shape": _match_shape}
+    "scalars_only": _scalars_only,
+    "match_shape": _match_shape,
+}
 
 
 def reseed(

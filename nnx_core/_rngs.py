@@ -49,8 +49,11 @@ def _as_key(seed: Any, name: str) -> Any:
 def as_shape(splits: Any, where: str) -> tuple[int, ...]:
     """``splits`` (an int or a tuple of ints, all >= 1) as a shape tuple."""
     shape = (splits,) if isinstance(splits, int) and not isinstance(splits, bool) else splits
-    if not (isinstance(shape, tuple) and shape and all(
-            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in shape)):
+    if not (
+        isinstance(shape, tuple)
+        and shape
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in shape)
+    ):
         raise TypeError(
             f"{where}: the number of splits must be a positive int or a tuple of positive ints "
             f"(a shape), got {splits!r}."
@@ -104,8 +107,9 @@ class RngStream(Module):
 
     def split(self, splits: Shape) -> RngStream:
         """A new stream holding ``splits`` independent keys from one draw of this one."""
-        return RngStream(jax.random.split(self(), as_shape(splits, "RngStream.split")),
-                         tag=self.tag)
+        return RngStream(
+            jax.random.split(self(), as_shape(splits, "RngStream.split")), tag=self.tag
+        )
 
     def fork(self) -> RngStream:
         """A new, independent stream seeded with one draw of this one (its count starts at 0)."""
@@ -145,8 +149,9 @@ def stream_predicate(filter: Filter) -> Callable[[tuple[Any, ...], RngStream], b
         parts = [stream_predicate(f) for f in filter]
         return lambda path, stream: any(p(path, stream) for p in parts)
     pred = to_predicate(filter)
-    return lambda path, stream: bool(pred((*path, "key"), stream.key)
-                                     and pred((*path, "count"), stream.count))
+    return lambda path, stream: bool(
+        pred((*path, "key"), stream.key) and pred((*path, "count"), stream.count)
+    )
 
 
 def suggest(name: str, names: list[str]) -> str:

@@ -62,8 +62,14 @@ class DiffState:
 class DiffArgs:
     """The differentiated arguments of one call as diff trees, and how to read results back."""
 
-    def __init__(self, name: str, call: Call, plan: Plan, args: tuple[Any, ...],
-                 selection: Sequence[tuple[int, Callable[[Any, Any], bool] | None, bool]]):
+    def __init__(
+        self,
+        name: str,
+        call: Call,
+        plan: Plan,
+        args: tuple[Any, ...],
+        selection: Sequence[tuple[int, Callable[[Any, Any], bool] | None, bool]],
+    ):
         """``selection``: (argnum, Variable predicate or None for every float Variable, whether
         the argument must hold a Module) per differentiated argument."""
         self.name, self.call, self.plan, self.args = name, call, plan, args
@@ -84,20 +90,24 @@ class DiffArgs:
             for r in roots:
                 start, stop = plan.bounds[r]
                 # a Variable shared with an earlier root is that root's (Plans list it once)
-                per_root.append([i for i in range(start, stop)
-                                 if (pred or _all_inexact)(paths[i], leaves[i])])
+                per_root.append(
+                    [i for i in range(start, stop) if (pred or _all_inexact)(paths[i], leaves[i])]
+                )
             treedef = jax.tree_util.tree_structure(args[n], is_leaf=is_graph_root)
             self.slots.append((n, per_root, treedef))
 
     def trees(self) -> list[Any]:
         """The diff tree of each differentiated argument (its primal values)."""
-        return [self._tree(n, per_root, [[self.values[i] for i in idx] for idx in per_root])
-                for n, per_root, _ in self.slots]
+        return [
+            self._tree(n, per_root, [[self.values[i] for i in idx] for idx in per_root])
+            for n, per_root, _ in self.slots
+        ]
 
     def _tree(self, n: int, per_root: list[list[int]], root_values: list[list[Any]]) -> Any:
         it = iter(root_values)
-        return jax.tree_util.tree_map(lambda x: next(it) if is_graph_root(x) else x,
-                                      self.args[n], is_leaf=is_graph_root)
+        return jax.tree_util.tree_map(
+            lambda x: next(it) if is_graph_root(x) else x, self.args[n], is_leaf=is_graph_root
+        )
 
     def unpack(self, trees: Sequence[Any]) -> tuple[list[Any], tuple[Any, ...]]:
         """Inside: the full state values and the arguments, from (traced) diff trees."""
@@ -107,8 +117,9 @@ class DiffArgs:
             leaves = treedef.flatten_up_to(tree)
             it_roots = iter(per_root)
             new_leaves = []
-            for orig, leaf in zip(jax.tree_util.tree_leaves(self.args[n], is_leaf=is_graph_root),
-                                  leaves):
+            for orig, leaf in zip(
+                jax.tree_util.tree_leaves(self.args[n], is_leaf=is_graph_root), leaves
+            ):
                 if is_graph_root(orig):
                     for i, v in zip(next(it_roots), leaf):
                         full[i] = v
@@ -125,8 +136,10 @@ class DiffArgs:
         for (n, per_root, treedef), tree in zip(self.slots, trees):
             it_roots = iter(per_root)
             converted = []
-            for orig, leaf in zip(jax.tree_util.tree_leaves(self.args[n], is_leaf=is_graph_root),
-                                  treedef.flatten_up_to(tree)):
+            for orig, leaf in zip(
+                jax.tree_util.tree_leaves(self.args[n], is_leaf=is_graph_root),
+                treedef.flatten_up_to(tree),
+            ):
                 if not is_graph_root(orig):
                     converted.append(leaf)
                     continue
@@ -144,41 +157,57 @@ def _all_inexact(path: Any, leaf: Any) -> bool:
     return bool(jnp.issubdtype(jnp.result_type(value), jnp.inexact))
 
 
-def _run(name: str, f: Callable[..., Any], diff: DiffArgs, kwargs: dict[str, Any],
-         trees: Sequence[Any], box: list[OutInfo], *, has_aux: bool) -> Any:
+def _run(
+    name: str,
+    f: Callable[..., Any],
+    diff: DiffArgs,
+    trees: Sequence[Any],
+    *,
+    kwargs: dict[str, Any],
+    box: list[OutInfo],
+    has_aux: bool,
+) -> Any:
     """Inside the JAX transform: run ``f`` on the rebuilt arguments; (out, (state, aux leaves))."""
     full, args = diff.unpack(trees)
     inner = extract(args, kwargs)
-    a, kw, roots, objs = rebuild(diff.plan.graphdef, full, inner.treedef, inner.positions,
-                                 inner.others)
+    a, kw, roots, objs = rebuild(
+        diff.plan.graphdef, full, inner.treedef, inner.positions, inner.others
+    )
     res = f(*a, **kw)
     if has_aux:
         if not (isinstance(res, tuple) and len(res) == 2):
             what = "loss" if name == "grad" else "output"
-            raise TypeError(f"{name}(has_aux=True) expects the function to return ({what}, aux), "
-                            f"got {type(res).__name__}.")
+            raise TypeError(
+                f"{name}(has_aux=True) expects the function to return ({what}, aux), "
+                f"got {type(res).__name__}."
+            )
         out, aux = res
     else:
         out, aux = res, None
     if any(map(is_graph_root, jax.tree_util.tree_leaves(out, is_leaf=is_graph_root))):
-        raise TypeError(f"{name}: the differentiated output holds a Module or Variable; return "
-                        "arrays (state changes reach the caller's objects anyway)"
-                        + (", or put it in aux." if has_aux else "."))
+        raise TypeError(
+            f"{name}: the differentiated output holds a Module or Variable; return "
+            "arrays (state changes reach the caller's objects anyway)"
+            + (", or put it in aux." if has_aux else ".")
+        )
     info, values, aux_others = collect(diff.plan.graphdef, full, roots, objs, aux)
     box.append(info)
     return out, (values, aux_others)
 
 
 # -- grad ----------------------------------------------------------------------------------------
-def _selection(name: str, argnums: Sequence[int | DiffState], wrt: Filter, n_args: int
-               ) -> list[tuple[int, Callable[[Any, Any], bool] | None, bool]]:
+def _selection(
+    name: str, argnums: Sequence[int | DiffState], wrt: Filter, n_args: int
+) -> list[tuple[int, Callable[[Any, Any], bool] | None, bool]]:
     sel: list[tuple[int, Callable[[Any, Any], bool] | None, bool]] = []
     seen: set[int] = set()
     for a in argnums:
         n, filt = (a.argnum, a.filter) if isinstance(a, DiffState) else (a, wrt)
         if not -n_args <= n < n_args:
-            raise ValueError(f"{name}: argnums {tuple(argnums)} refers to argument {n}, but the "
-                             f"function was called with {n_args} positional argument(s).")
+            raise ValueError(
+                f"{name}: argnums {tuple(argnums)} refers to argument {n}, but the "
+                f"function was called with {n_args} positional argument(s)."
+            )
         n %= n_args
         if n in seen:
             raise ValueError(f"{name}: argument {n} appears twice in argnums {tuple(argnums)}.")
@@ -188,8 +217,14 @@ def _selection(name: str, argnums: Sequence[int | DiffState], wrt: Filter, n_arg
 
 
 def _value_and_grad_call(
-    f: Callable[..., Any], argnums: Sequence[int | DiffState], has_aux: bool, wrt: Filter,
-    jax_kwargs: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+    f: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    argnums: Sequence[int | DiffState],
+    has_aux: bool,
+    wrt: Filter,
+    jax_kwargs: dict[str, Any],
 ) -> tuple[Any, list[Any]]:
     call = extract(args, kwargs)
     plan = Plan(call.roots)
@@ -197,7 +232,7 @@ def _value_and_grad_call(
     box: list[OutInfo] = []
 
     def pure(*trees: Any) -> Any:
-        return _run("grad", f, diff, kwargs, trees, box, has_aux=has_aux)
+        return _run("grad", f, diff, trees, kwargs=kwargs, box=box, has_aux=has_aux)
 
     (loss, (values, aux_others)), grads = jax.value_and_grad(
         pure, argnums=tuple(range(len(diff.slots))), has_aux=True, **jax_kwargs
@@ -241,14 +276,17 @@ def value_and_grad(
             a Module; a DiffState names an argument that holds no Module.
     """
     if f is None:
-        return functools.partial(value_and_grad, argnums=argnums, has_aux=has_aux, wrt=wrt,
-                                 **jax_kwargs)
+        return functools.partial(
+            value_and_grad, argnums=argnums, has_aux=has_aux, wrt=wrt, **jax_kwargs
+        )
     nums = _argnums(argnums)
     single = isinstance(argnums, (int, DiffState))
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        value, grads = _value_and_grad_call(f, nums, has_aux, wrt, jax_kwargs, args, kwargs)
+        value, grads = _value_and_grad_call(
+            f, args, kwargs, argnums=nums, has_aux=has_aux, wrt=wrt, jax_kwargs=jax_kwargs
+        )
         return value, grads[0] if single else tuple(grads)
 
     return wrapper
@@ -320,7 +358,7 @@ def vjp(f: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     box: list[OutInfo] = []
 
     def pure(*trees: Any) -> Any:
-        return _run("vjp", f, diff, {}, trees, box, has_aux=has_aux)
+        return _run("vjp", f, diff, trees, kwargs={}, box=box, has_aux=has_aux)
 
     out, raw_vjp, (values, aux_others) = jax.vjp(pure, *diff.trees(), has_aux=True)
     aux = apply(box[-1], plan, values, aux_others)
@@ -347,33 +385,42 @@ def _tangent_tree(diff: DiffArgs, slot: int, tangent: Any) -> Any:
             tp = plan_for(t)
             flat = dict(zip(tp.graphdef.paths, tp.current_leaves()))
         else:
-            raise TypeError(f"jvp: the tangent of argument {n} must be a State of its Module "
-                            f"(nnx.state(m) with tangent values), got {type(t).__name__}.")
+            raise TypeError(
+                f"jvp: the tangent of argument {n} must be a State of its Module "
+                f"(nnx.state(m) with tangent values), got {type(t).__name__}."
+            )
         missing = [format_path(paths[i]) for i in idx if paths[i] not in flat]
         if missing:
-            raise ValueError(f"jvp: the tangent of argument {n} has no value for "
-                             f"{', '.join(missing[:5])}; give one per floating-point Variable.")
+            raise ValueError(
+                f"jvp: the tangent of argument {n} has no value for "
+                f"{', '.join(missing[:5])}; give one per floating-point Variable."
+            )
         out = []
         for i in idx:
             v = flat[paths[i]]
             v = v._value if isinstance(v, Variable) else v
             if jnp.shape(v) != jnp.shape(diff.values[i]):
-                raise ValueError(f"jvp: the tangent of argument {n} at {format_path(paths[i])} "
-                                 f"has shape {jnp.shape(v)}, the primal {jnp.shape(diff.values[i])}.")
+                raise ValueError(
+                    f"jvp: the tangent of argument {n} at {format_path(paths[i])} "
+                    f"has shape {jnp.shape(v)}, the primal {jnp.shape(diff.values[i])}."
+                )
             out.append(v)
         return out
 
     try:
         leaves = treedef.flatten_up_to(tangent)
     except (ValueError, TypeError):
-        raise ValueError(f"jvp: the tangent of argument {n} does not have the structure of the "
-                         "primal (a State in place of each Module).") from None
+        raise ValueError(
+            f"jvp: the tangent of argument {n} does not have the structure of the "
+            "primal (a State in place of each Module)."
+        ) from None
     orig = jax.tree_util.tree_leaves(diff.args[n], is_leaf=is_graph_root)
     return jax.tree_util.tree_unflatten(treedef, [convert(o, t) for o, t in zip(orig, leaves)])
 
 
-def jvp(f: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], *,
-        has_aux: bool = False) -> Any:
+def jvp(
+    f: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], *, has_aux: bool = False
+) -> Any:
     """Like ``jax.jvp``, for functions that take Modules: ``(out, tangent_out)`` (``aux`` last).
 
     The tangent of a Module primal is a :class:`State` of its floating-point Variables (e.g.
@@ -399,15 +446,17 @@ def jvp(f: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], 
     """
     primals, tangents = tuple(primals), tuple(tangents)
     if len(primals) != len(tangents):
-        raise ValueError(f"jvp: got {len(primals)} primals but {len(tangents)} tangents; give "
-                         "one tangent per primal.")
+        raise ValueError(
+            f"jvp: got {len(primals)} primals but {len(tangents)} tangents; give "
+            "one tangent per primal."
+        )
     call = extract(primals, {})
     plan = Plan(call.roots)
     diff = DiffArgs("jvp", call, plan, primals, _every_argument(len(primals)))
     box: list[OutInfo] = []
 
     def pure(*trees: Any) -> Any:
-        return _run("jvp", f, diff, {}, trees, box, has_aux=has_aux)
+        return _run("jvp", f, diff, trees, kwargs={}, box=box, has_aux=has_aux)
 
     t_trees = tuple(_tangent_tree(diff, k, t) for k, t in enumerate(tangents))
     out, t_out, (values, aux_others) = jax.jvp(pure, tuple(diff.trees()), t_trees, has_aux=True)

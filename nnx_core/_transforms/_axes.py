@@ -62,8 +62,9 @@ class PerFilter:
 
     def __init__(self, specs: Mapping[Filter, Any] | Iterable[tuple[Filter, Any]] | State, /):
         if isinstance(specs, State):
-            pairs = [(_AtPath(p), v.value if hasattr(v, "value") else v)
-                     for p, v in specs.flat_state()]
+            pairs = [
+                (_AtPath(p), v.value if hasattr(v, "value") else v) for p, v in specs.flat_state()
+            ]
         else:
             pairs = list(specs.items() if isinstance(specs, Mapping) else specs)
         self.filters = tuple(f for f, _ in pairs)
@@ -93,8 +94,11 @@ class PerFilter:
         return f"{type(self).__name__}({{{body}}})"
 
     def __eq__(self, other: object) -> bool:
-        return (type(other) is type(self) and other.filters == self.filters  # type: ignore[attr-defined]
-                and other.specs == self.specs)  # type: ignore[attr-defined]
+        return (
+            type(other) is type(self)
+            and other.filters == self.filters  # type: ignore[attr-defined]
+            and other.specs == self.specs
+        )  # type: ignore[attr-defined]
 
     def __hash__(self) -> int:
         return hash((type(self), self.filters, self.specs))
@@ -130,7 +134,7 @@ class StateSharding(PerFilter):
 
 def is_spec_leaf(x: Any) -> bool:
     """Leaves of an axes/specs prefix tree (``None`` included, unlike in JAX pytrees)."""
-    return (x is None or x is Carry or isinstance(x, (int, PerFilter, PartitionSpec)))
+    return x is None or x is Carry or isinstance(x, (int, PerFilter, PartitionSpec))
 
 
 def leaf_specs(where: str, spec: Any, tree: Any) -> list[Any]:
@@ -163,8 +167,9 @@ def _describe_tree(tree: Any) -> str:
     return type(tree).__name__
 
 
-def state_specs(where: str, plan: Plan, root_specs: list[Any],
-                check: Callable[[Any, str], None] | None = None) -> list[Any]:
+def state_specs(
+    where: str, plan: Plan, root_specs: list[Any], check: Callable[[Any, str], None] | None = None
+) -> list[Any]:
     """One spec per leaf of ``plan``: each root's spec, or its per-filter spec per Variable."""
     out: list[Any] = []
     paths = plan.graphdef.paths

@@ -24,8 +24,13 @@ def _structure_error(name: str) -> ValueError:
     )
 
 
-def _branch_call(name: str, pred_or_index: Any, branches: Sequence[Callable[..., Any]],
-                 operands: tuple[Any, ...], lax_fn: Callable[..., Any]) -> Any:
+def _branch_call(
+    name: str,
+    pred_or_index: Any,
+    branches: Sequence[Callable[..., Any]],
+    operands: tuple[Any, ...],
+    lax_fn: Callable[..., Any],
+) -> Any:
     call = extract(operands, {})
     plan = Plan(call.roots)
     infos: list[OutInfo] = []
@@ -42,12 +47,15 @@ def _branch_call(name: str, pred_or_index: Any, branches: Sequence[Callable[...,
 
         return pure
 
-    out_values, out_others = lax_fn(pred_or_index, [branch(b) for b in branches],
-                                    input_values(plan), call.others)
+    out_values, out_others = lax_fn(
+        pred_or_index, [branch(b) for b in branches], input_values(plan), call.others
+    )
     return apply(infos[-1], plan, out_values, out_others)
 
 
-def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any) -> Any:
+def cond(
+    pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any
+) -> Any:
     """``jax.lax.cond`` where the operands may be Modules; either branch may update their state.
 
     Example:
@@ -63,8 +71,13 @@ def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any],
     Raises:
         ValueError: a branch changed the structure of an operand.
     """
-    return _branch_call("cond", pred, (true_fun, false_fun), operands,
-                        lambda p, fns, *ops: jax.lax.cond(p, fns[0], fns[1], *ops))
+    return _branch_call(
+        "cond",
+        pred,
+        (true_fun, false_fun),
+        operands,
+        lambda p, fns, *ops: jax.lax.cond(p, fns[0], fns[1], *ops),
+    )
 
 
 def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -> Any:
@@ -90,12 +103,19 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
     branches = list(branches)
     if not branches:
         raise ValueError("switch: branches is empty; give at least one function.")
-    return _branch_call("switch", index, branches, operands,
-                        lambda i, fns, *ops: jax.lax.switch(i, fns, *ops))
+    return _branch_call(
+        "switch", index, branches, operands, lambda i, fns, *ops: jax.lax.switch(i, fns, *ops)
+    )
 
 
-def fori_loop(lower: int, upper: int, body_fun: Callable[[Any, Any], Any], init_val: Any, *,
-              unroll: int | bool | None = None) -> Any:
+def fori_loop(
+    lower: int,
+    upper: int,
+    body_fun: Callable[[Any, Any], Any],
+    init_val: Any,
+    *,
+    unroll: int | bool | None = None,
+) -> Any:
     """``jax.lax.fori_loop`` whose loop value may contain Modules (their state is carried).
 
     Example:
@@ -120,7 +140,12 @@ def fori_loop(lower: int, upper: int, body_fun: Callable[[Any, Any], Any], init_
     def body(i: Any, carry: Any) -> Any:
         values, others = carry
         info, out_values, out_others = run_pure(
-            lambda v: body_fun(i, v), plan.graphdef, values, call.treedef, call.positions, others,
+            lambda v: body_fun(i, v),
+            plan.graphdef,
+            values,
+            call.treedef,
+            call.positions,
+            others,
             return_all=True,
         )
         if not info.same or len(out_others) != len(others):
@@ -128,14 +153,17 @@ def fori_loop(lower: int, upper: int, body_fun: Callable[[Any, Any], Any], init_
         infos.append(info)
         return out_values, out_others
 
-    out_values, out_others = jax.lax.fori_loop(lower, upper, body, (input_values(plan), call.others),
-                                               unroll=unroll)
+    out_values, out_others = jax.lax.fori_loop(
+        lower, upper, body, (input_values(plan), call.others), unroll=unroll
+    )
     if not infos:  # zero iterations: the loop value is returned unchanged
         return init_val
     return apply(infos[-1], plan, out_values, out_others)
 
 
-def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any) -> Any:
+def while_loop(
+    cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any
+) -> Any:
     """``jax.lax.while_loop`` whose loop value may contain Modules (their state is carried).
 
     ``body_fun`` may change the state of the Modules in the loop value; ``cond_fun`` only reads
@@ -163,8 +191,9 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
 
     def cond(carry: Any) -> Any:
         values, others = carry
-        info, changed, out_others = run_pure(cond_fun, plan.graphdef, values, call.treedef,
-                                             call.positions, others)
+        info, changed, out_others = run_pure(
+            cond_fun, plan.graphdef, values, call.treedef, call.positions, others
+        )
         if not info.same or info.changed:
             paths = [format_path(plan.graphdef.paths[i]) for i in info.changed]
             raise ValueError(
@@ -176,8 +205,9 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
 
     def body(carry: Any) -> Any:
         values, others = carry
-        info, out_values, out_others = run_pure(body_fun, plan.graphdef, values, call.treedef,
-                                                call.positions, others, return_all=True)
+        info, out_values, out_others = run_pure(
+            body_fun, plan.graphdef, values, call.treedef, call.positions, others, return_all=True
+        )
         if not info.same or len(out_others) != len(others):
             raise _structure_error("while_loop")
         infos.append(info)

@@ -34,19 +34,24 @@ class _Residual:
         leaves, self.treedef = jax.tree_util.tree_flatten(res, is_leaf=is_graph_root)
         roots = tuple(x for x in leaves if is_graph_root(x))
         self.plan = Plan(roots)
-        self.kinds = ["root" if is_graph_root(x) else "dyn" if isinstance(x, _DYNAMIC) else "static"
-                      for x in leaves]
+        self.kinds = [
+            "root" if is_graph_root(x) else "dyn" if isinstance(x, _DYNAMIC) else "static"
+            for x in leaves
+        ]
         self.static = [x for x, k in zip(leaves, self.kinds) if k == "static"]
         self.arrays = [x for x, k in zip(leaves, self.kinds) if k == "dyn"]
-        self.values = [v._value if isinstance(v, Variable) else v
-                       for v in self.plan.current_leaves()]
+        self.values = [
+            v._value if isinstance(v, Variable) else v for v in self.plan.current_leaves()
+        ]
 
     def rebuild(self, arrays: Sequence[Any], values: Sequence[Any]) -> Any:
         roots = unflatten(self.plan.graphdef, list(values)) if self.plan.roots else ()
         roots = roots if len(self.plan.roots) != 1 else (roots,)
         it_root, it_dyn, it_static = iter(roots), iter(arrays), iter(self.static)
-        leaves = [next(it_root) if k == "root" else next(it_dyn) if k == "dyn" else next(it_static)
-                  for k in self.kinds]
+        leaves = [
+            next(it_root) if k == "root" else next(it_dyn) if k == "dyn" else next(it_static)
+            for k in self.kinds
+        ]
         return jax.tree_util.tree_unflatten(self.treedef, leaves)
 
 
@@ -62,11 +67,13 @@ class CustomVjp:
         self.filters = {d.argnum: d.filter for d in nondiff_argnums if isinstance(d, DiffState)}
         for n in nondiff_argnums:
             if not isinstance(n, (int, DiffState)) or isinstance(n, bool):
-                raise TypeError(f"custom_vjp: nondiff_argnums entries are ints or DiffState, got "
-                                f"{n!r}.")
+                raise TypeError(
+                    f"custom_vjp: nondiff_argnums entries are ints or DiffState, got {n!r}."
+                )
         if len(set(self.nondiff) | set(self.filters)) != len(nondiff_argnums):
-            raise ValueError(f"custom_vjp: an argument appears twice in nondiff_argnums "
-                             f"{nondiff_argnums!r}.")
+            raise ValueError(
+                f"custom_vjp: an argument appears twice in nondiff_argnums {nondiff_argnums!r}."
+            )
 
     def defvjp(self, fwd: Callable[..., Any], bwd: Callable[..., Any]) -> None:
         """Set the rule: ``fwd(*args) -> (out, residuals)`` and
@@ -75,14 +82,18 @@ class CustomVjp:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.fwd is None or self.bwd is None:
-            raise ValueError(f"custom_vjp: {getattr(self.fun, '__name__', 'the function')} has no "
-                             "rule yet; call .defvjp(fwd, bwd) before calling it.")
+            raise ValueError(
+                f"custom_vjp: {getattr(self.fun, '__name__', 'the function')} has no "
+                "rule yet; call .defvjp(fwd, bwd) before calling it."
+            )
         if kwargs:
             bound = inspect.signature(self.fun).bind(*args, **kwargs)
             args, kwargs = bound.args, bound.kwargs
             if kwargs:
-                raise TypeError(f"custom_vjp: keyword-only arguments {sorted(kwargs)} are not "
-                                "supported; pass them positionally.")
+                raise TypeError(
+                    f"custom_vjp: keyword-only arguments {sorted(kwargs)} are not "
+                    "supported; pass them positionally."
+                )
         return _CustomVjpCall(self, args).run()
 
 
@@ -94,8 +105,10 @@ class _CustomVjpCall:
         n = len(args)
         for i in (*cv.nondiff, *cv.filters):
             if not -n <= i < n:
-                raise ValueError(f"custom_vjp: nondiff_argnums names argument {i}, but the "
-                                 f"function was called with {n} argument(s).")
+                raise ValueError(
+                    f"custom_vjp: nondiff_argnums names argument {i}, but the "
+                    f"function was called with {n} argument(s)."
+                )
         self.nondiff = sorted({i % n for i in cv.nondiff})
         filters = {i % n: f for i, f in cv.filters.items()}
         for i in self.nondiff:
@@ -108,8 +121,10 @@ class _CustomVjpCall:
         self.diff_argnums = [i for i in range(n) if i not in self.nondiff]
         call = extract(args, {})
         self.plan = Plan(call.roots)
-        sel = [(i, None if i not in filters else _inexact_and(filters[i]), i in filters)
-               for i in self.diff_argnums]
+        sel = [
+            (i, None if i not in filters else _inexact_and(filters[i]), i in filters)
+            for i in self.diff_argnums
+        ]
         self.diff = DiffArgs("custom_vjp", call, self.plan, args, sel)
         diff_idx = {i for _, per_root, _ in self.diff.slots for idx in per_root for i in idx}
         self.rest_idx = [i for i in range(len(self.diff.values)) if i not in diff_idx]
@@ -121,26 +136,34 @@ class _CustomVjpCall:
         jargs = [self.args[i] if i in self.nondiff else next(trees) for i in range(len(self.args))]
         return [*jargs, [self.diff.values[i] for i in self.rest_idx]]
 
-    def _enter(self, jargs: Sequence[Any]) -> tuple[tuple[Any, ...], Any, dict[int, Any], list[Any]]:
+    def _enter(
+        self, jargs: Sequence[Any]
+    ) -> tuple[tuple[Any, ...], Any, dict[int, Any], list[Any]]:
         trees = [jargs[i] for i in self.diff_argnums]
         full, args = self.diff.unpack(trees)
         for i, v in zip(self.rest_idx, jargs[-1]):
             full[i] = v
         args = tuple(jargs[i] if i in self.nondiff else args[i] for i in range(len(self.args)))
         inner = extract(args, {})
-        a, _, roots, objs = rebuild(self.plan.graphdef, full, inner.treedef, inner.positions,
-                                    inner.others)
+        a, _, roots, objs = rebuild(
+            self.plan.graphdef, full, inner.treedef, inner.positions, inner.others
+        )
         return a, roots, objs, full
 
     def _leave(self, out: Any, roots: Any, objs: dict[int, Any], full: list[Any]) -> Any:
         if any(map(is_graph_root, jax.tree_util.tree_leaves(out, is_leaf=is_graph_root))):
-            raise TypeError("custom_vjp: the function returned a Module or Variable; return "
-                            "arrays (state changes reach the caller's objects anyway).")
-        info, values, out_others = collect(self.plan.graphdef, full, roots, objs, out,
-                                           return_all=True)
+            raise TypeError(
+                "custom_vjp: the function returned a Module or Variable; return "
+                "arrays (state changes reach the caller's objects anyway)."
+            )
+        info, values, out_others = collect(
+            self.plan.graphdef, full, roots, objs, out, return_all=True
+        )
         if not info.same:
-            raise ValueError("custom_vjp: the function changed the structure of a Module "
-                             "argument; inside custom_vjp only values may change.")
+            raise ValueError(
+                "custom_vjp: the function changed the structure of a Module "
+                "argument; inside custom_vjp only values may change."
+            )
         self.box.append(info)
         return out_others, values
 
@@ -152,8 +175,9 @@ class _CustomVjpCall:
         a, roots, objs, full = self._enter(jargs)
         res = self.cv.fwd(*a)  # type: ignore[misc]
         if not (isinstance(res, tuple) and len(res) == 2):
-            raise TypeError(f"custom_vjp: fwd must return (output, residuals), got "
-                            f"{type(res).__name__}.")
+            raise TypeError(
+                f"custom_vjp: fwd must return (output, residuals), got {type(res).__name__}."
+            )
         out = self._leave(res[0], roots, objs, full)
         residual = _Residual(res[1])
         self.residual.append(residual)
@@ -185,13 +209,27 @@ class _CustomVjpCall:
         paths = self.plan.graphdef.paths
         states = []
         for start, stop in self.plan.bounds:
-            states.append(State.from_flat_state(
-                (paths[k], leaves[k].replace(g_state[k]) if isinstance(leaves[k], Variable)
-                 else g_state[k]) for k in range(start, stop) if _all_inexact(paths[k], leaves[k])))
+            states.append(
+                State.from_flat_state(
+                    (
+                        paths[k],
+                        leaves[k].replace(g_state[k])
+                        if isinstance(leaves[k], Variable)
+                        else g_state[k],
+                    )
+                    for k in range(start, stop)
+                    if _all_inexact(paths[k], leaves[k])
+                )
+            )
         it = iter(states)
-        return tuple(jax.tree_util.tree_map(lambda x: next(it) if is_graph_root(x) else None,
-                                            self.args[i], is_leaf=is_graph_root)
-                     for i in self.diff_argnums)
+        return tuple(
+            jax.tree_util.tree_map(
+                lambda x: next(it) if is_graph_root(x) else None,
+                self.args[i],
+                is_leaf=is_graph_root,
+            )
+            for i in self.diff_argnums
+        )
 
     def _tangent_tree(self, argnum: int, tangent: Any) -> Any:
         slot = self.diff_argnums.index(argnum)
@@ -200,14 +238,19 @@ class _CustomVjpCall:
         orig = jax.tree_util.tree_leaves(self.args[argnum], is_leaf=is_graph_root)
         try:
             leaves = treedef.flatten_up_to(tangent)
-            if any(not is_graph_root(o) and t is not None
-                   and not jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(t))
-                   for o, t in zip(orig, leaves)):
+            if any(
+                not is_graph_root(o)
+                and t is not None
+                and not jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(t))
+                for o, t in zip(orig, leaves)
+            ):
                 raise ValueError
         except (ValueError, TypeError):
-            raise TypeError(f"custom_vjp: the tangent bwd returned for argument {argnum} does not "
-                            f"have its structure (a State in place of each Module), got "
-                            f"{_describe(tangent)}.") from None
+            raise TypeError(
+                f"custom_vjp: the tangent bwd returned for argument {argnum} does not "
+                f"have its structure (a State in place of each Module), got "
+                f"{_describe(tangent)}."
+            ) from None
         it_roots = iter(per_root)
         converted = []
         for o, t in zip(orig, leaves):

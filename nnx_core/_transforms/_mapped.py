@@ -39,16 +39,25 @@ def per_arg(name: str, what: str, specs: Any, args: tuple[Any, ...]) -> tuple[An
 def arg_paths(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
     """``args[0]``, ``args[1]['x']``, ``kwargs['y']``: where each flat leaf came from."""
     flat, _ = jax.tree_util.tree_flatten_with_path((args, kwargs), is_leaf=is_graph_root)
-    return [("args" if p[0].idx == 0 else "kwargs") + jax.tree_util.keystr(p[1:])  # type: ignore[attr-defined]
-            for p, _ in flat]
+    return [
+        ("args" if p[0].idx == 0 else "kwargs") + jax.tree_util.keystr(p[1:])  # type: ignore[attr-defined]
+        for p, _ in flat
+    ]
 
 
 class MappedCall:
     """One call's leaves with their specs: graph state per Variable, other leaves per leaf."""
 
     def __init__(
-        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], in_specs: Any, *,
-        kwargs_spec: Any, check: Callable[[Any, str], None], what: str = "in_axes",
+        self,
+        name: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        in_specs: Any,
+        *,
+        kwargs_spec: Any,
+        check: Callable[[Any, str], None],
+        what: str = "in_axes",
     ):
         self.name, self.args, self.kwargs = name, args, kwargs
         specs = leaf_specs(f"{name}: {what}", per_arg(name, what, in_specs, args), args)
@@ -81,8 +90,9 @@ class MappedCall:
             if not isinstance(spec, PerFilter):
                 check(spec, f"the {what} entry for {self.where_root(r)}")
         self.state_specs = state_specs(f"{name}: {what}", self.plan, root_specs, check)
-        self.values = [v._value if isinstance(v, Variable) else v
-                       for v in self.plan.current_leaves()]
+        self.values = [
+            v._value if isinstance(v, Variable) else v for v in self.plan.current_leaves()
+        ]
         self.restore: list[tuple[int, Any]] = []  # original Rng keys, put back after the call
         self.by_index: list[int] = []  # key leaves each device indexes by axis_index
 
@@ -110,8 +120,10 @@ class MappedCall:
                 ``axis_size`` was given.
         """
         sizes: dict[int, list[str]] = {}
-        for kind, vals, specs in (("state", self.values, self.state_specs),
-                                  ("other", self.others, self.other_specs)):
+        for kind, vals, specs in (
+            ("state", self.values, self.state_specs),
+            ("other", self.others, self.other_specs),
+        ):
             for i, (v, ax) in enumerate(zip(vals, specs)):
                 if not isinstance(ax, int):
                     continue
@@ -121,21 +133,28 @@ class MappedCall:
                     raise ValueError(
                         f"{self.name}: in_axes maps {where} along axis {ax}, but its shape is "
                         f"{tuple(shape)}. Give it an axis it has, or None to broadcast it"
-                        + (" (an Rngs whose keys are one key: split it first with "
-                           "rngs.split(n) or nnx_core.split_rngs(splits=n))."
-                           if kind == "state" and isinstance(self.plan.leaves[i], (RngKey, RngCount))
-                           else ".")
+                        + (
+                            " (an Rngs whose keys are one key: split it first with "
+                            "rngs.split(n) or nnx_core.split_rngs(splits=n))."
+                            if kind == "state"
+                            and isinstance(self.plan.leaves[i], (RngKey, RngCount))
+                            else "."
+                        )
                     )
                 sizes.setdefault(shape[ax], []).append(where)
         if axis_size is not None:
             sizes.setdefault(axis_size, []).append(size_arg)
         if len(sizes) > 1:
             listed = "; ".join(f"{n} for {', '.join(w[:3])}" for n, w in sorted(sizes.items()))
-            raise ValueError(f"{self.name}: the mapped axes have different sizes: {listed}. "
-                             "Every mapped value needs the same size along its axis.")
+            raise ValueError(
+                f"{self.name}: the mapped axes have different sizes: {listed}. "
+                "Every mapped value needs the same size along its axis."
+            )
         if not sizes:
-            raise ValueError(f"{self.name}: no argument is mapped (no int in in_axes); pass "
-                             f"{size_arg}= to say how many iterations.")
+            raise ValueError(
+                f"{self.name}: no argument is mapped (no int in in_axes); pass "
+                f"{size_arg}= to say how many iterations."
+            )
         return next(iter(sizes))
 
     def _draw_unmapped_rngs(self, size: int) -> list[tuple[int, Any]]:
@@ -193,8 +212,15 @@ class MapBody:
     keep it beside its compiled function; the values come in as arguments.
     """
 
-    def __init__(self, name: str, f: Callable[..., Any], call: MappedCall, out_specs: Any, *,
-                 axis_name: Any = None):
+    def __init__(
+        self,
+        name: str,
+        f: Callable[..., Any],
+        call: MappedCall,
+        out_specs: Any,
+        *,
+        axis_name: Any = None,
+    ):
         self.name, self.f, self.out_specs = name, f, out_specs
         self.axis_name, self.by_index = axis_name, tuple(call.by_index)
         self.graphdef = call.plan.graphdef
@@ -217,8 +243,9 @@ class MapBody:
         a, kw, roots, objs = rebuild(self.graphdef, values, self.treedef, self.positions, others)
         out = self.f(*a, **kw)
         box: list[Plan] = []
-        info, out_values, out_others = collect(self.graphdef, values, roots, objs, out,
-                                               return_all=True, plan_box=box)
+        info, out_values, out_others = collect(
+            self.graphdef, values, roots, objs, out, return_all=True, plan_box=box
+        )
         for i in self.by_index:  # the keys go out as they came in (and are restored outside)
             out_values[i] = whole[i]
         if not info.same and _roots_changed(info, self.graphdef.spec):
@@ -233,39 +260,57 @@ class MapBody:
             layout += self._new_state_specs(info, box[0], out_leaf_specs)
         layout += [s for pos, s in enumerate(out_leaf_specs) if pos not in set(info.out_positions)]
         if self.info is not None and (self.info != info or tuple(layout) != self.layout):
-            raise ValueError(f"{self.name}: the function returned a different structure for "
-                             "inputs of different shapes; keep outputs independent of shapes.")
+            raise ValueError(
+                f"{self.name}: the function returned a different structure for "
+                "inputs of different shapes; keep outputs independent of shapes."
+            )
         self.info, self.layout, self.n_state = info, tuple(layout), len(out_values)
-        self.unmapped_changed = [i for i, (v, s) in enumerate(zip(out_values, self.state_specs))
-                                 if s is None and v is not values[i]]
+        self.unmapped_changed = [
+            i
+            for i, (v, s) in enumerate(zip(out_values, self.state_specs))
+            if s is None and v is not values[i]
+        ]
         flat = [*out_values, *out_others]
         return tuple([v for v, s in zip(flat, layout) if s == g] for g in self.groups)
 
     def _new_state_specs(self, info: OutInfo, plan: Plan, out_leaf_specs: list[Any]) -> list[Any]:
         """Specs of the Variables of Modules created by the function, from out_axes."""
         specs: list[Any] = []
-        new_positions = [pos for pos, (kind, _) in zip(info.out_positions, info.out_nodes)
-                         if kind == "new"]
+        new_positions = [
+            pos for pos, (kind, _) in zip(info.out_positions, info.out_nodes) if kind == "new"
+        ]
         paths, leaves = plan.graphdef.paths, plan.current_leaves()
         for k, pos in enumerate(new_positions):
             spec = out_leaf_specs[pos]
             start, stop = plan.bounds[info.n_roots + k]
             for i in range(start, stop):
-                specs.append(spec.spec_for(paths[i], leaves[i], f"{self.name}: out_axes")
-                             if isinstance(spec, PerFilter) else spec)
+                specs.append(
+                    spec.spec_for(paths[i], leaves[i], f"{self.name}: out_axes")
+                    if isinstance(spec, PerFilter)
+                    else spec
+                )
         return specs
 
-    def finish(self, plan: Plan, grouped: Sequence[Sequence[Any]],
-               restore: Sequence[tuple[int, Any]]) -> Any:
+    def finish(
+        self, plan: Plan, grouped: Sequence[Sequence[Any]], restore: Sequence[tuple[int, Any]]
+    ) -> Any:
         """Outside: values back in order, Rng keys restored, results applied to the caller."""
         assert self.info is not None
         iters = {g: iter(vals) for g, vals in zip(self.groups, grouped)}
         flat = [next(iters[s]) for s in self.layout]
-        values, out_others = flat[:self.n_state], flat[self.n_state:]
+        values, out_others = flat[: self.n_state], flat[self.n_state :]
         for i, original in restore:
             values[i] = original
         info = self.info
         if info.same:
-            info = OutInfo(True, tuple(range(len(values))), None, {}, info.out_treedef,
-                           info.out_positions, info.out_nodes, info.n_roots)
+            info = OutInfo(
+                True,
+                tuple(range(len(values))),
+                None,
+                {},
+                info.out_treedef,
+                info.out_positions,
+                info.out_nodes,
+                info.n_roots,
+            )
         return apply(info, plan, values, out_others)

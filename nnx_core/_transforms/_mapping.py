@@ -90,21 +90,31 @@ def vmap(
             changed the structure of a Module argument.
     """
     if f is None:
-        return functools.partial(vmap, in_axes=in_axes, out_axes=out_axes, axis_name=axis_name,
-                                 axis_size=axis_size, spmd_axis_name=spmd_axis_name)
+        return functools.partial(
+            vmap,
+            in_axes=in_axes,
+            out_axes=out_axes,
+            axis_name=axis_name,
+            axis_size=axis_size,
+            spmd_axis_name=spmd_axis_name,
+        )
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        call = MappedCall("vmap", args, kwargs, in_axes, kwargs_spec=0,
-                          check=_check_axis("vmap"))
+        call = MappedCall("vmap", args, kwargs, in_axes, kwargs_spec=0, check=_check_axis("vmap"))
         size = call.mapped_size(axis_size)
         call.split_unmapped_rngs(size)
         body = MapBody("vmap", f, call, out_axes)
 
         def jax_map(fn: Callable[..., Any]) -> Callable[..., Any]:
-            return jax.vmap(fn, in_axes=(tuple(call.state_specs), tuple(call.other_specs)),
-                            out_axes=body.groups, axis_name=axis_name, axis_size=size,
-                            spmd_axis_name=spmd_axis_name)
+            return jax.vmap(
+                fn,
+                in_axes=(tuple(call.state_specs), tuple(call.other_specs)),
+                out_axes=body.groups,
+                axis_name=axis_name,
+                axis_size=size,
+                spmd_axis_name=spmd_axis_name,
+            )
 
         return _run_mapped(jax_map, body, call)
 
@@ -117,9 +127,16 @@ _PMAP_AXIS = "_nnx_core_pmap"  # the axis name when the user gives none (Rng key
 class PmapWrapped:
     """The callable returned by :func:`pmap`: one ``jax.pmap`` per structure and axes."""
 
-    def __init__(self, f: Callable[..., Any], *, in_axes: Any, out_axes: Any,
-                 static_broadcasted_argnums: tuple[int, ...], donate_argnums: tuple[int, ...],
-                 pmap_kwargs: dict[str, Any]):
+    def __init__(
+        self,
+        f: Callable[..., Any],
+        *,
+        in_axes: Any,
+        out_axes: Any,
+        static_broadcasted_argnums: tuple[int, ...],
+        donate_argnums: tuple[int, ...],
+        pmap_kwargs: dict[str, Any],
+    ):
         functools.update_wrapper(self, f)
         self.f, self.in_axes, self.out_axes = f, in_axes, out_axes
         self.static = static_broadcasted_argnums
@@ -134,27 +151,42 @@ class PmapWrapped:
         in_axes = self.in_axes
         if static and isinstance(in_axes, (tuple, list)) and len(in_axes) == n:
             in_axes = tuple(a for i, a in enumerate(in_axes) if i not in static)
-        call = MappedCall("pmap", dynamic, kwargs, in_axes, kwargs_spec=0,
-                          check=_check_axis("pmap"))
+        call = MappedCall(
+            "pmap", dynamic, kwargs, in_axes, kwargs_spec=0, check=_check_axis("pmap")
+        )
         size = call.mapped_size(self.pmap_kwargs.get("axis_size"))
         call.index_unmapped_rngs(size)
         donated = [args[i % n] for i in self.donate if -n <= i < n and i % n not in static]
-        donate = tuple(k for k, wanted in enumerate((
-            any(is_graph_root(a) for a in donated),
-            any(not is_graph_root(a) for a in donated))) if wanted)
+        donate = tuple(
+            k
+            for k, wanted in enumerate(
+                (any(is_graph_root(a) for a in donated), any(not is_graph_root(a) for a in donated))
+            )
+            if wanted
+        )
         static_pos = tuple(sorted(static.items()))
-        key = (call.plan.graphdef, call.treedef, tuple(call.positions), tuple(call.state_specs),
-               tuple(call.other_specs), tuple(call.by_index), static_pos, donate)
+        key = (
+            call.plan.graphdef,
+            call.treedef,
+            tuple(call.positions),
+            tuple(call.state_specs),
+            tuple(call.other_specs),
+            tuple(call.by_index),
+            static_pos,
+            donate,
+        )
         entry = self._compiled.get(key)
         if entry is None:
             entry = self._compiled[key] = self._compile(call, static_pos, donate)
         fn, body = entry
         return _run_mapped(lambda _: fn, body, call)
 
-    def _compile(self, call: MappedCall, static_pos: tuple[tuple[int, Any], ...],
-                 donate: tuple[int, ...]) -> tuple[Callable[..., Any], MapBody]:
+    def _compile(
+        self, call: MappedCall, static_pos: tuple[tuple[int, Any], ...], donate: tuple[int, ...]
+    ) -> tuple[Callable[..., Any], MapBody]:
         f = self.f
         if static_pos:
+
             def f(*a: Any, **kw: Any) -> Any:
                 full = list(a)
                 for i, v in static_pos:
@@ -164,8 +196,13 @@ class PmapWrapped:
         kwargs = dict(self.pmap_kwargs)
         kwargs.setdefault("axis_name", _PMAP_AXIS)
         body = MapBody("pmap", f, call, self.out_axes, axis_name=kwargs["axis_name"])
-        fn = jax.pmap(body, in_axes=(tuple(call.state_specs), tuple(call.other_specs)),
-                      out_axes=body.groups, donate_argnums=donate, **kwargs)
+        fn = jax.pmap(
+            body,
+            in_axes=(tuple(call.state_specs), tuple(call.other_specs)),
+            out_axes=body.groups,
+            donate_argnums=donate,
+            **kwargs,
+        )
         return fn, body
 
 
@@ -206,12 +243,27 @@ def pmap(
     """
     if f is None:
         return functools.partial(
-            pmap, axis_name=axis_name, in_axes=in_axes, out_axes=out_axes,
-            static_broadcasted_argnums=static_broadcasted_argnums, devices=devices,
-            backend=backend, axis_size=axis_size, donate_argnums=donate_argnums)
-    kwargs = {"axis_name": axis_name, "devices": devices, "backend": backend,
-              "axis_size": axis_size}
-    return PmapWrapped(f, in_axes=in_axes, out_axes=out_axes,
-                       static_broadcasted_argnums=_as_tuple(static_broadcasted_argnums),
-                       donate_argnums=_as_tuple(donate_argnums),
-                       pmap_kwargs={k: v for k, v in kwargs.items() if v is not None})
+            pmap,
+            axis_name=axis_name,
+            in_axes=in_axes,
+            out_axes=out_axes,
+            static_broadcasted_argnums=static_broadcasted_argnums,
+            devices=devices,
+            backend=backend,
+            axis_size=axis_size,
+            donate_argnums=donate_argnums,
+        )
+    kwargs = {
+        "axis_name": axis_name,
+        "devices": devices,
+        "backend": backend,
+        "axis_size": axis_size,
+    }
+    return PmapWrapped(
+        f,
+        in_axes=in_axes,
+        out_axes=out_axes,
+        static_broadcasted_argnums=_as_tuple(static_broadcasted_argnums),
+        donate_argnums=_as_tuple(donate_argnums),
+        pmap_kwargs={k: v for k, v in kwargs.items() if v is not None},
+    )

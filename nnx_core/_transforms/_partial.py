@@ -71,7 +71,13 @@ def jit_partial(
         >>> bool(loss < first), int(opt.step.value)
         (True, 21)
     """
-    jitted = jit(fun, in_shardings=in_shardings, out_shardings=out_shardings,
-                 static_argnums=static_argnums, static_argnames=static_argnames,
-                 donate_argnums=donate_argnums, **jit_kwargs)
+    jitted = jit(
+        fun,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
+        **jit_kwargs,
+    )
     return cached_partial(jitted, *partial_args)

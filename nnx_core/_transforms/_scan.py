@@ -21,8 +21,11 @@ from ._mapped import MappedCall, per_arg
 
 
 def _check_scan_axis(spec: Any, where: str) -> None:
-    if spec is not None and spec is not Carry and not (
-            isinstance(spec, int) and not isinstance(spec, bool)):
+    if (
+        spec is not None
+        and spec is not Carry
+        and not (isinstance(spec, int) and not isinstance(spec, bool))
+    ):
         raise ValueError(f"scan: {where} is {spec!r}; a scan axis is an int, None or Carry.")
 
 
@@ -37,11 +40,14 @@ def _carry_index(axes: Any, what: str) -> int | None:
             if a is Carry:
                 found.append(i)
             elif any(x is Carry for x in leaves) and not isinstance(a, PerFilter):
-                raise ValueError(f"scan: {what} {axes!r} has Carry nested inside entry {i}; "
-                                 "Carry may only be a top-level entry.")
+                raise ValueError(
+                    f"scan: {what} {axes!r} has Carry nested inside entry {i}; "
+                    "Carry may only be a top-level entry."
+                )
     if len(found) > 1:
-        raise ValueError(f"scan: {what} {axes!r} has more than one Carry; use one (the carry "
-                         "may be a tuple).")
+        raise ValueError(
+            f"scan: {what} {axes!r} has more than one Carry; use one (the carry may be a tuple)."
+        )
     return found[0] if found else None
 
 
@@ -58,22 +64,33 @@ def _check_out_axes(out_axes: Any) -> None:
 class _ScanCall:
     """One call of a scanned function: which leaves are carried, sliced or constant."""
 
-    def __init__(self, f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                 in_axes: Any, out_axes: Any):
+    def __init__(
+        self,
+        f: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        in_axes: Any,
+        out_axes: Any,
+    ):
         self.f, self.out_axes = f, out_axes
         in_carry, out_carry = _carry_index(in_axes, "in_axes"), _carry_index(out_axes, "out_axes")
         if (in_carry is None) != (out_carry is None):
-            raise ValueError(f"scan: in_axes {in_axes!r} and out_axes {out_axes!r} must both "
-                             "have a Carry or both have none.")
+            raise ValueError(
+                f"scan: in_axes {in_axes!r} and out_axes {out_axes!r} must both "
+                "have a Carry or both have none."
+            )
         _check_out_axes(out_axes)
         if in_carry == -1 and len(args) != 1:
-            raise ValueError(f"scan: in_axes=Carry makes the single argument the carry, but the "
-                             f"function got {len(args)}; use a tuple such as (Carry, 0, ...).")
+            raise ValueError(
+                f"scan: in_axes=Carry makes the single argument the carry, but the "
+                f"function got {len(args)}; use a tuple such as (Carry, 0, ...)."
+            )
         arg_specs = (Carry,) if in_carry == -1 else per_arg("scan", "in_axes", in_axes, args)
         self.carry_arg: int = 0 if in_carry is None or in_carry == -1 else in_carry
         self.out_carry = out_carry
-        self.call = call = MappedCall("scan", args, kwargs, arg_specs, kwargs_spec=None,
-                                      check=_check_scan_axis)
+        self.call = call = MappedCall(
+            "scan", args, kwargs, arg_specs, kwargs_spec=None, check=_check_scan_axis
+        )
         self.plan: Plan = call.plan
         sliced = [isinstance(s, int) and s is not Carry for s in call.state_specs]
         self.xs_idx = [i for i, s in enumerate(sliced) if s]
@@ -88,8 +105,10 @@ class _ScanCall:
     def init_and_xs(self) -> tuple[Any, Any]:
         call, v = self.call, self.call.values
         init = ([v[i] for i in self.carry_idx], [call.others[k] for k in self.user_carry])
-        xs = ([jnp.moveaxis(v[i], call.state_specs[i], 0) for i in self.xs_idx],
-              [jnp.moveaxis(call.others[k], call.other_specs[k], 0) for k in self.other_xs])
+        xs = (
+            [jnp.moveaxis(v[i], call.state_specs[i], 0) for i in self.xs_idx],
+            [jnp.moveaxis(call.others[k], call.other_specs[k], 0) for k in self.other_xs],
+        )
         return init, xs
 
     def body(self, carry: Any, xs: Any) -> Any:
@@ -99,8 +118,11 @@ class _ScanCall:
         for i, v in [*zip(self.carry_idx, carry_state), *zip(self.xs_idx, xs_state)]:
             full[i] = v
         others: list[Any] = [None] * len(call.others)
-        for k, v in [*self.consts.items(), *zip(self.user_carry, carry_others),
-                     *zip(self.other_xs, xs_others)]:
+        for k, v in [
+            *self.consts.items(),
+            *zip(self.user_carry, carry_others),
+            *zip(self.other_xs, xs_others),
+        ]:
             others[k] = v
         graphdef = self.plan.graphdef
         a, kw, roots, objs = rebuild(graphdef, full, call.treedef, tuple(call.positions), others)
@@ -117,26 +139,37 @@ class _ScanCall:
         specs = leaf_specs("scan: out_axes", self.out_axes, out)
         for pos in info.out_positions:
             if specs[pos] is not Carry:
-                raise ValueError("scan: an output stacked along an axis is a Module; only the "
-                                 "carry may hold Modules (their state follows in_axes).")
+                raise ValueError(
+                    "scan: an output stacked along an axis is a Module; only the "
+                    "carry may hold Modules (their state follows in_axes)."
+                )
         layout = [s for pos, s in enumerate(specs) if pos not in set(info.out_positions)]
         self.infos.append(info)
         self.out_layout = layout
         new_carry = [x for x, s in zip(out_others, layout) if s is Carry]
         ys = [x for x, s in zip(out_others, layout) if s is not Carry]
-        return (([out_values[i] for i in self.carry_idx], new_carry),
-                ([out_values[i] for i in self.xs_idx], ys))
+        return (
+            ([out_values[i] for i in self.carry_idx], new_carry),
+            ([out_values[i] for i in self.xs_idx], ys),
+        )
 
     def _check_carry(self, args: tuple[Any, ...], out: Any, objs: dict[int, Any]) -> None:
         if self.out_carry is None:
             return
         carry_in = args[self.carry_arg]
-        carry_out = out if self.out_carry == -1 else (
-            out[self.out_carry] if isinstance(out, tuple) and len(out) > self.out_carry else _NO)
+        carry_out = (
+            out
+            if self.out_carry == -1
+            else (
+                out[self.out_carry] if isinstance(out, tuple) and len(out) > self.out_carry else _NO
+            )
+        )
         leaves_in, tree_in = jax.tree_util.tree_flatten(carry_in, is_leaf=is_graph_root)
         leaves_out, tree_out = jax.tree_util.tree_flatten(carry_out, is_leaf=is_graph_root)
-        same_nodes = all((a is b) if is_graph_root(a) or is_graph_root(b) else True
-                         for a, b in zip(leaves_in, leaves_out))
+        same_nodes = all(
+            (a is b) if is_graph_root(a) or is_graph_root(b) else True
+            for a, b in zip(leaves_in, leaves_out)
+        )
         if not (tree_in == tree_out and same_nodes):  # type: ignore[operator]
             raise ValueError(
                 f"scan: the carry the function returned ({_show(carry_out)}) does not match the "
@@ -153,11 +186,21 @@ class _ScanCall:
         for i, v in zip(self.xs_idx, ys_state):
             values[i] = jnp.moveaxis(v, 0, call.state_specs[i])
         it_carry, it_ys = iter(carry_others), iter(ys_user)
-        out_others = [next(it_carry) if s is Carry else jnp.moveaxis(next(it_ys), 0, s)
-                      for s in self.out_layout]
+        out_others = [
+            next(it_carry) if s is Carry else jnp.moveaxis(next(it_ys), 0, s)
+            for s in self.out_layout
+        ]
         info = self.infos[-1]
-        info = OutInfo(True, tuple(range(len(values))), None, {}, info.out_treedef,
-                       info.out_positions, info.out_nodes, info.n_roots)
+        info = OutInfo(
+            True,
+            tuple(range(len(values))),
+            None,
+            {},
+            info.out_treedef,
+            info.out_positions,
+            info.out_nodes,
+            info.n_roots,
+        )
         return apply(info, self.plan, values, out_others)
 
 
@@ -214,16 +257,16 @@ def scan(
             changed the structure of a Module argument.
     """
     if f is None:
-        return functools.partial(scan, length=length, reverse=reverse, unroll=unroll,
-                                 in_axes=in_axes, out_axes=out_axes)
+        return functools.partial(
+            scan, length=length, reverse=reverse, unroll=unroll, in_axes=in_axes, out_axes=out_axes
+        )
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         call = _ScanCall(f, args, kwargs, in_axes, out_axes)
         size = call.call.mapped_size(length, "length")
         init, xs = call.init_and_xs()
-        carry, ys = jax.lax.scan(call.body, init, xs, length=size, reverse=reverse,
-                                 unroll=unroll)
+        carry, ys = jax.lax.scan(call.body, init, xs, length=size, reverse=reverse, unroll=unroll)
         return call.finish(carry, ys)
 
     return wrapper

@@ -17,27 +17,35 @@ from ._mapped import MapBody, MappedCall
 
 def _check_spec(spec: Any, where: str) -> None:
     if not isinstance(spec, PartitionSpec):
-        raise ValueError(f"shard_map: {where} is {spec!r}; a spec is a PartitionSpec "
-                         "(P() for replicated) or, for a Module, a StateSharding.")
+        raise ValueError(
+            f"shard_map: {where} is {spec!r}; a spec is a PartitionSpec "
+            "(P() for replicated) or, for a Module, a StateSharding."
+        )
 
 
 def _with_state_sharding(specs: Any) -> Any:
     """A State of PartitionSpecs given for a Module means StateSharding(that State)."""
     return jax.tree_util.tree_map(
-        lambda x: StateSharding(x) if isinstance(x, State) else x, specs,
-        is_leaf=lambda x: isinstance(x, State) or is_spec_leaf(x))
+        lambda x: StateSharding(x) if isinstance(x, State) else x,
+        specs,
+        is_leaf=lambda x: isinstance(x, State) or is_spec_leaf(x),
+    )
 
 
 def _check_divisible(call: MappedCall, mesh: Any) -> None:
     """Every sharded dimension exists and divides evenly over its mesh axes."""
-    for kind, vals, specs in (("state", call.values, call.state_specs),
-                              ("other", call.others, call.other_specs)):
+    for kind, vals, specs in (
+        ("state", call.values, call.state_specs),
+        ("other", call.others, call.other_specs),
+    ):
         for i, (v, spec) in enumerate(zip(vals, specs)):
             shape = tuple(getattr(v, "shape", ()))
             entries = tuple(spec)
             if len(entries) > len(shape):
-                raise ValueError(f"shard_map: {spec} has {len(entries)} entries but "
-                                 f"{call.where(kind, i)} has shape {shape}; give at most one per dimension.")
+                raise ValueError(
+                    f"shard_map: {spec} has {len(entries)} entries but "
+                    f"{call.where(kind, i)} has shape {shape}; give at most one per dimension."
+                )
             for dim, names in enumerate(entries):
                 if names is None:
                     continue
@@ -54,8 +62,16 @@ def _check_divisible(call: MappedCall, mesh: Any) -> None:
 class ShardMapWrapped:
     """The callable returned by :func:`shard_map`: one ``jax.shard_map`` per structure/specs."""
 
-    def __init__(self, f: Callable[..., Any], *, mesh: Any, in_specs: Any, out_specs: Any,
-                 axis_names: Set[Hashable], check_vma: bool):
+    def __init__(
+        self,
+        f: Callable[..., Any],
+        *,
+        mesh: Any,
+        in_specs: Any,
+        out_specs: Any,
+        axis_names: Set[Hashable],
+        check_vma: bool,
+    ):
         functools.update_wrapper(self, f)
         self.f, self.mesh = f, mesh
         self.in_specs = _with_state_sharding(in_specs)
@@ -65,21 +81,39 @@ class ShardMapWrapped:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
-            raise TypeError(f"shard_map: keyword arguments {sorted(kwargs)} are not supported "
-                            "(in_specs describes the positional arguments); pass them "
-                            "positionally.")
-        call = MappedCall("shard_map", args, {}, self.in_specs, kwargs_spec=None,
-                          check=_check_spec, what="in_specs")
+            raise TypeError(
+                f"shard_map: keyword arguments {sorted(kwargs)} are not supported "
+                "(in_specs describes the positional arguments); pass them "
+                "positionally."
+            )
+        call = MappedCall(
+            "shard_map",
+            args,
+            {},
+            self.in_specs,
+            kwargs_spec=None,
+            check=_check_spec,
+            what="in_specs",
+        )
         _check_divisible(call, self.mesh)
-        key = (call.plan.graphdef, call.treedef, tuple(call.positions), tuple(call.state_specs),
-               tuple(call.other_specs))
+        key = (
+            call.plan.graphdef,
+            call.treedef,
+            tuple(call.positions),
+            tuple(call.state_specs),
+            tuple(call.other_specs),
+        )
         entry = self._compiled.get(key)
         if entry is None:
             body = MapBody("shard_map", self.f, call, self.out_specs)
-            fn = jax.shard_map(body, mesh=self.mesh,
-                               in_specs=(tuple(call.state_specs), tuple(call.other_specs)),
-                               out_specs=body.groups, axis_names=frozenset(self.axis_names),
-                               check_vma=self.check_vma)
+            fn = jax.shard_map(
+                body,
+                mesh=self.mesh,
+                in_specs=(tuple(call.state_specs), tuple(call.other_specs)),
+                out_specs=body.groups,
+                axis_names=frozenset(self.axis_names),
+                check_vma=self.check_vma,
+            )
             entry = self._compiled[key] = (fn, body)
         grouped = entry[0](tuple(call.values), tuple(call.others))
         return entry[1].finish(call.plan, grouped, [])
@@ -126,7 +160,19 @@ def shard_map(
         TypeError: keyword arguments.
     """
     if f is None:
-        return functools.partial(shard_map, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                                 axis_names=axis_names, check_vma=check_vma)
-    return ShardMapWrapped(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                           axis_names=axis_names, check_vma=check_vma)
+        return functools.partial(
+            shard_map,
+            mesh=mesh,
+            in_specs=in_specs,
+            out_specs=out_specs,
+            axis_names=axis_names,
+            check_vma=check_vma,
+        )
+    return ShardMapWrapped(
+        f,
+        mesh=mesh,
+        in_specs=in_specs,
+        out_specs=out_specs,
+        axis_names=axis_names,
+        check_vma=check_vma,
+    )
