@@ -79,10 +79,11 @@ def _streams(node: Any) -> list[tuple[Path, RngStream]]:
 
 
 def _no_match(name: str, found: list[tuple[Path, RngStream]], rule: str) -> ValueError:
+    """A selection given explicitly that selects nothing (a typo would do nothing otherwise)."""
     if not found:
         return ValueError(
-            f"{name}: found no Rng stream to change; pass a Module or Rngs that "
-            "holds one (e.g. Rngs(0))."
+            f"{name}: {rule} selects Rng streams, but there are none in what was given; "
+            "pass the Module or Rngs that holds them."
         )
     listed = ", ".join(sorted({f"{format_path(p)} ({s.tag!r})" for p, s in found}))
     return ValueError(
@@ -152,8 +153,8 @@ def split_rngs(
 
     Raises:
         TypeError: ``splits`` is not a positive int or tuple of them.
-        ValueError: ``squeeze`` without ``splits=1``; no stream matches ``only``; a stream is
-            already split.
+        ValueError: ``squeeze`` without ``splits=1``; an explicit ``only`` that matches no
+            stream; a stream is already split.
     """
     shape = as_shape(splits, "split_rngs")
     if squeeze and shape != (1,):
@@ -170,7 +171,7 @@ def split_rngs(
             _check_scalar("split_rngs", path, stream)
             keys = jax.random.split(stream(), shape)
             _set(stream, keys[0] if squeeze else keys, backups)
-    if not backups:
+    if not backups and only is not Ellipsis and only is not True:
         raise _no_match("split_rngs", found, f"only={only!r}")
     return SplitBackups(backups)
 
@@ -196,7 +197,8 @@ def fork_rngs(
 
     Raises:
         TypeError: a split count is not a positive int or tuple of them.
-        ValueError: no stream matches ``split``; a stream is already split.
+        ValueError: a ``split`` mapping without ``...`` that matches no stream; a stream is
+            already split.
     """
     if node is _MISSING:
         return lambda f: _decorate(lambda n: fork_rngs(n, split=split), f)
@@ -212,7 +214,7 @@ def fork_rngs(
             _check_scalar("fork_rngs", path, stream)
             key = stream()
             _set(stream, key if rule[1] is None else jax.random.split(key, rule[1]), backups)
-    if not backups:
+    if not backups and isinstance(split, Mapping) and not any(f in (..., True) for f in split):
         raise _no_match("fork_rngs", found, f"split={split!r}")
     return SplitBackups(backups)
 

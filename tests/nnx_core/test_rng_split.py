@@ -116,9 +116,10 @@ def test_vmap_over_a_split_rngs_argument_builds_a_stack():
             r"\('dropout'\), params \('params'\)\. Name a stream",
         ),
         (
-            lambda r: nnx.split_rngs([jnp.ones(2)], splits=2),
+            lambda r: nnx.split_rngs([jnp.ones(2)], splits=2, only="params"),
             ValueError,
-            r"split_rngs: found no Rng stream to change; pass a Module or Rngs that holds one",
+            r"split_rngs: only='params' selects Rng streams, but there are none in what was "
+            r"given; pass the Module or Rngs that holds them\.",
         ),
         (
             lambda r: nnx.split_rngs(r.split({"params": 2}), splits=2),
@@ -174,6 +175,12 @@ def test_fork_rngs_decorator_forks_for_the_call_only():
     first, second = draw(rngs), draw(rngs)
     assert data(first) != data(second) and seen[0] == data(jax.random.fold_in(jax.random.key(0), 0))
     assert int(rngs.params.count.value) == 2 and int(rngs.dropout.count.value) == 0
+
+
+def test_without_an_explicit_selection_no_streams_is_fine():
+    assert len(nnx.split_rngs([jnp.ones(2)], splits=2)) == 0
+    assert len(nnx.fork_rngs({"x": jnp.ones(2)})) == 0
+    assert nnx.split_rngs(splits=3)(lambda x: x * 2)(jnp.ones(1)).tolist() == [2.0]
 
 
 def test_fork_rngs_errors():
