@@ -15,7 +15,6 @@ from typing import Any
 import jax
 
 from ._axes import Carry, StateAxes
-from ._jit import _as_tuple
 from ._lift import is_graph_root
 from ._mapped import MapBody, MappedCall
 
@@ -119,6 +118,10 @@ def vmap(
         return _run_mapped(jax_map, body, call)
 
     return wrapper
+
+
+def _ints(x: int | Sequence[int]) -> tuple[int, ...]:
+    return (x,) if isinstance(x, int) else tuple(x)
 
 
 _PMAP_AXIS = "_nnx_core_pmap"  # the axis name when the user gives none (Rng keys need one)
@@ -263,7 +266,7 @@ def pmap(
         f,
         in_axes=in_axes,
         out_axes=out_axes,
-        static_broadcasted_argnums=_as_tuple(static_broadcasted_argnums),
-        donate_argnums=_as_tuple(donate_argnums),
+        static_broadcasted_argnums=_ints(static_broadcasted_argnums),
+        donate_argnums=_ints(donate_argnums),
         pmap_kwargs={k: v for k, v in kwargs.items() if v is not None},
     )
