@@ -21,10 +21,16 @@ from ._graph import register_node_type as register_node_type
 from ._module import Module as Module
 from ._optimizer import Optimizer as Optimizer
 from ._optimizer import OptState as OptState
+from ._rng_split import SplitBackups as SplitBackups
+from ._rng_split import fork_rngs as fork_rngs
+from ._rng_split import reseed as reseed
+from ._rng_split import restore_rngs as restore_rngs
+from ._rng_split import split_rngs as split_rngs
 from ._rngs import RngCount as RngCount
 from ._rngs import RngKey as RngKey
 from ._rngs import Rngs as Rngs
 from ._rngs import RngStream as RngStream
+from ._rngs import WithTag as WithTag
 from ._sharding import create_sharded as create_sharded
 from ._sharding import get_named_sharding as get_named_sharding
 from ._sharding import get_partition_spec as get_partition_spec
@@ -32,17 +38,28 @@ from ._sharding import shard as shard
 from ._state import State as State
 from ._state import format_path as format_path
 from ._tracing import TraceContextError as TraceContextError
+from ._transforms._autodiff import DiffState as DiffState
 from ._transforms._autodiff import grad as grad
+from ._transforms._autodiff import jvp as jvp
 from ._transforms._autodiff import remat as remat
 from ._transforms._autodiff import value_and_grad as value_and_grad
+from ._transforms._autodiff import vjp as vjp
+from ._transforms._axes import StateSharding as StateSharding
 from ._transforms._control import cond as cond
 from ._transforms._control import fori_loop as fori_loop
+from ._transforms._control import switch as switch
+from ._transforms._control import while_loop as while_loop
+from ._transforms._custom_vjp import custom_vjp as custom_vjp
 from ._transforms._eval_shape import eval_shape as eval_shape
 from ._transforms._jit import jit as jit
 from ._transforms._mapping import Carry as Carry
 from ._transforms._mapping import StateAxes as StateAxes
+from ._transforms._mapping import pmap as pmap
 from ._transforms._mapping import vmap as vmap
+from ._transforms._partial import cached_partial as cached_partial
+from ._transforms._partial import jit_partial as jit_partial
 from ._transforms._scan import scan as scan
+from ._transforms._shard_map import shard_map as shard_map
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache
 from ._variables import Intermediate as Intermediate
@@ -58,6 +75,7 @@ __all__ = [
     "Any",
     "BatchStat",
     "Cache",
+    "DiffState",
     "Carry",
     "Everything",
     "GraphDef",
@@ -74,15 +92,21 @@ __all__ = [
     "RngKey",
     "RngStream",
     "Rngs",
+    "SplitBackups",
     "State",
     "StateAxes",
+    "StateSharding",
     "TraceContextError",
     "Variable",
+    "WithTag",
+    "cached_partial",
     "clone",
     "cond",
     "create_sharded",
+    "custom_vjp",
     "eval_shape",
     "fori_loop",
+    "fork_rngs",
     "format_path",
     "get_named_sharding",
     "get_partition_spec",
@@ -90,20 +114,30 @@ __all__ = [
     "graphdef",
     "iter_graph",
     "jit",
+    "jit_partial",
+    "jvp",
     "merge",
+    "pmap",
     "pop",
     "register_node_type",
     "register_variable_type",
     "registered_variable_types",
     "remat",
+    "reseed",
+    "restore_rngs",
     "scan",
     "shard",
+    "shard_map",
     "split",
+    "split_rngs",
+    "switch",
     "state",
     "to_predicate",
     "update",
     "value_and_grad",
     "variable_name",
     "variable_type",
+    "vjp",
     "vmap",
+    "while_loop",
 ]
