@@ -229,7 +229,7 @@ class Registry:
                 raise PluginNameError(problem, plugin=IN_PROCESS)
             self._load_hooks(_in_namespace(name.partition(".")[0]))
             target = target_of(obj, name)
-            offers = self._providers[kind].setdefault(name, {})
+            offers = self._providers[kind].get(name, {})
             held = [p for key, p in offers.items() if key != IN_PROCESS.distribution]
             mine = offers.get(IN_PROCESS.distribution)
             if mine is not None and mine.obj is not obj and mine.target != target:
@@ -237,9 +237,8 @@ class Registry:
             if held:
                 raise _taken(kind, name, target, held[0])
             check_object(kind, name, obj, IN_PROCESS)
-            offers[IN_PROCESS.distribution] = Provider(
-                kind, name, IN_PROCESS, target, None, obj, True
-            )
+            provider = Provider(kind, name, IN_PROCESS, target, None, obj, True)
+            self._providers[kind].setdefault(name, {})[IN_PROCESS.distribution] = provider
             return obj
 
     def load_all(self) -> list[PluginError]:
