@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ._registry import Registry, default_registry
 
@@ -63,11 +63,7 @@ def register_layer(name: str, *, registry: Registry | None = None) -> Callable[[
         ([[2.0, 2.0, 2.0]], {'type': 'docs.Scale', 'features': 3, 'value': 2.0})
     """
 
-    def decorate(obj: T) -> T:
-        result: T = (registry or default_registry()).add("layer", name, obj)
-        return result
-
-    return decorate
+    return _registering("layer", name, registry)
 
 
 def register_variable_kind(name: str, *, registry: Registry | None = None) -> Callable[[T], T]:
@@ -77,16 +73,16 @@ def register_variable_kind(name: str, *, registry: Registry | None = None) -> Ca
     know it by ``name``; `get_variable_type` finds it too.
 
     Args:
-        name: a namespaced name, ``'my.Kind'``.
-        registry: where to register; the default registry when omitted.
+        name: the kind's namespaced name, ``'my.Kind'``.
+        registry: the registry to add it to (by default, the process-wide one).
 
     Returns:
-        A decorator that registers its argument and returns it unchanged.
+        The decorator: it registers the class and gives it back.
 
     Raises:
-        PluginNameError: ``name`` is not namespaced.
-        NameCollisionError: an installed distribution (or an earlier registration of another
-            class) already provides ``name``.
+        PluginNameError: ``name`` has no lowercase namespace.
+        NameCollisionError: ``name`` is taken, by an installed distribution or by another
+            class registered earlier.
         PluginLoadError: the object is not a Variable subclass, or the class already has
             another explicit name in the core's table.
 
@@ -105,8 +101,12 @@ def register_variable_kind(name: str, *, registry: Registry | None = None) -> Ca
         ['avg']
     """
 
-    def decorate(cls: T) -> T:
-        result: Any = (registry or default_registry()).add("variable", name, cls)
+    return _registering("variable", name, registry)
+
+
+def _registering(kind: str, name: str, registry: Registry | None) -> Callable[[T], T]:
+    def decorate(obj: T) -> T:
+        result: T = (registry or default_registry()).add(kind, name, obj)
         return result
 
     return decorate

@@ -90,6 +90,14 @@ def _error(plugin: PluginInfo, text: str) -> PluginLoadError:
     return PluginLoadError(f"{plugin} {text}", plugin=plugin, fix=load_fix(plugin))
 
 
+def _require_subclass(
+    obj: Any, base: type, base_name: str, *, plugin: PluginInfo, subject: str
+) -> None:
+    """``subject`` says what ``obj`` is, e.g. ``"provides Variable kind 'a.K' as"``."""
+    if not (isinstance(obj, type) and issubclass(obj, base)):
+        raise _error(plugin, f"{subject} {obj!r}, which is not a subclass of {base_name}.")
+
+
 def _check_layer(name: str, obj: Any, plugin: PluginInfo) -> None:
     import nnx_core  # (here: listing names must not import jax)
 
@@ -109,12 +117,10 @@ def _check_layer(name: str, obj: Any, plugin: PluginInfo) -> None:
     if custom is not None:
         import pydantic  # (here: listing names must not import pydantic)
 
-        if not (isinstance(custom, type) and issubclass(custom, pydantic.BaseModel)):
-            raise _error(
-                plugin,
-                f"provides layer {name!r} whose config_model is {custom!r}, which is not a "
-                "pydantic BaseModel subclass.",
-            )
+        subject = f"provides layer {name!r} whose config_model is"
+        _require_subclass(
+            custom, pydantic.BaseModel, "pydantic.BaseModel", plugin=plugin, subject=subject
+        )
 
 
 def check_object(kind: str, name: str, obj: Any, plugin: PluginInfo) -> None:
@@ -129,12 +135,10 @@ def check_object(kind: str, name: str, obj: Any, plugin: PluginInfo) -> None:
     elif kind == "variable":
         import nnx_core  # (here: listing names must not import jax)
 
-        if not (isinstance(obj, type) and issubclass(obj, nnx_core.Variable)):
-            raise _error(
-                plugin,
-                f"provides Variable kind {name!r} as {obj!r}, which is not a subclass of "
-                "nnx_core.Variable.",
-            )
+        subject = f"provides Variable kind {name!r} as"
+        _require_subclass(
+            obj, nnx_core.Variable, "nnx_core.Variable", plugin=plugin, subject=subject
+        )
         try:
             nnx_core.register_variable_type(obj, name)
         except (TypeError, ValueError) as error:
@@ -142,9 +146,7 @@ def check_object(kind: str, name: str, obj: Any, plugin: PluginInfo) -> None:
     elif kind == "section":
         import pydantic  # (here, not at the top: listing names must not import pydantic)
 
-        if not (isinstance(obj, type) and issubclass(obj, pydantic.BaseModel)):
-            raise _error(
-                plugin,
-                f"provides config section {name!r} as {obj!r}, which is not a pydantic "
-                "BaseModel subclass.",
-            )
+        subject = f"provides config section {name!r} as"
+        _require_subclass(
+            obj, pydantic.BaseModel, "pydantic.BaseModel", plugin=plugin, subject=subject
+        )

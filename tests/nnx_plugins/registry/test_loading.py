@@ -76,7 +76,11 @@ def test_the_fix_names_the_pack_or_the_in_process_registration():
         ("layer", dict, "as the class dict, which is not a subclass of nnx_core.Module"),
         ("layer", "relu", "as 'relu', which is neither a Module subclass nor an activation"),
         ("variable", int, r"as <class 'int'>, which is not a subclass of nnx_core.Variable"),
-        ("section", dict, r"section 'p.X' as <class 'dict'>, which is not a pydantic BaseModel"),
+        (
+            "section",
+            dict,
+            r"section 'p.X' as <class 'dict'>, which is not a subclass of pydantic\.BaseModel\.",
+        ),
     ],
 )
 def test_check_object_refuses_what_the_kind_cannot_use(kind, obj, match):
