@@ -67,6 +67,7 @@ from ._variables import Param as Param
 from ._variables import Variable as Variable
 from ._variables import register_variable_type as register_variable_type
 from ._variables import registered_variable_types as registered_variable_types
+from ._variables import set_variable_kind_resolver as set_variable_kind_resolver
 from ._variables import variable_name as variable_name
 from ._variables import variable_type as variable_type
 
@@ -126,6 +127,7 @@ __all__ = [
     "reseed",
     "restore_rngs",
     "scan",
+    "set_variable_kind_resolver",
     "shard",
     "shard_map",
     "split",

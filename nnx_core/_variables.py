@@ -16,6 +16,7 @@ V = TypeVar("V", bound="Variable")
 _NAME_TO_TYPE: dict[str, type[Variable]] = {}
 _TYPE_TO_NAME: dict[type[Variable], str] = {}
 _AUTO_NAMES: set[str] = set()
+_RESOLVER: list[Callable[[Any], object]] = []  # at most one: see set_variable_kind_resolver
 _SLOTS = frozenset({"_value", "_meta", "_meta_key", "_trace"})
 _structure_listeners: list[Callable[[], None]] = []
 
@@ -420,6 +421,8 @@ def variable_type(name: str) -> type[Variable]:
     Raises:
         KeyError: no kind has that name; the message lists the registered names.
     """
+    if name not in _NAME_TO_TYPE and _RESOLVER:
+        _RESOLVER[0](name)
     try:
         return _NAME_TO_TYPE[name]
     except KeyError:
@@ -438,10 +441,41 @@ def variable_name(cls: type[Variable]) -> str:
         >>> nnx.variable_name(nnx.BatchStat)
         'BatchStat'
     """
+    name = _TYPE_TO_NAME.get(cls)
+    if _RESOLVER and (name is None or name in _AUTO_NAMES):
+        _RESOLVER[0](cls)
     try:
         return _TYPE_TO_NAME[cls]
     except KeyError:
         raise KeyError(f"{cls!r} is not a registered Variable kind.") from None
+
+
+def set_variable_kind_resolver(
+    resolver: Callable[[str | type[Variable]], object] | None,
+) -> Callable[[str | type[Variable]], object] | None:
+    """Install the one hook asked about kinds the table does not know; return the previous one.
+
+    `variable_type` calls ``resolver(name)`` for a name it does not hold, and `variable_name`
+    calls ``resolver(cls)`` for a class that has only its automatic ``module.Class`` name (or
+    none); the resolver may register the kind (`register_variable_type`) before the lookup is
+    tried again, and what it raises propagates. ``nnx_plugins`` installs one that gives plugin
+    kinds their entry-point names; ``None`` removes it.
+
+    Example:
+        >>> import nnx_core as nnx
+        >>> class Gain(nnx.Variable): pass
+        >>> def resolver(key):
+        ...     if key in ("docs.Gain", Gain):
+        ...         nnx.register_variable_type(Gain, "docs.Gain")
+        >>> previous = nnx.set_variable_kind_resolver(resolver)
+        >>> nnx.variable_type("docs.Gain") is Gain, nnx.variable_name(Gain)
+        (True, 'docs.Gain')
+        >>> nnx.set_variable_kind_resolver(previous) is resolver
+        True
+    """
+    previous = _RESOLVER[0] if _RESOLVER else None
+    _RESOLVER[:] = [] if resolver is None else [resolver]
+    return previous
 
 
 def registered_variable_types() -> dict[str, type[Variable]]:

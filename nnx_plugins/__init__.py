@@ -1,7 +1,9 @@
 """nnx_plugins: the plugin registry, validated model configs and the ``nnx`` command.
 
 Names are resolved lazily (module ``__getattr__``), so ``import nnx_plugins`` imports neither
-jax nor pydantic nor any plugin; the first use of a name imports what it needs.
+jax nor pydantic nor any plugin; the first use of a name imports what it needs. Once both
+nnx_core and nnx_plugins are in use, nnx_core knows a pack's Variable kinds by their
+entry-point names (``nnx_core.state(model, "acme.LoRAParam")``), whatever was imported first.
 
 Example:
     >>> import nnx_plugins
@@ -13,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
@@ -33,12 +36,14 @@ _EXPORTS = {
     # registry
     "Settings": ".registry._discovery",
     "Registry": ".registry._registry",
-    "Provider": ".registry._registry",
+    "Provider": ".registry._providers",
     "default_registry": ".registry._registry",
     "set_default_registry": ".registry._registry",
     "get_layer": ".registry._lookup",
     "get_variable_type": ".registry._lookup",
     "load_variable_types": ".registry._lookup",
+    "register_layer": ".registry._inprocess",
+    "register_variable_kind": ".registry._inprocess",
     # configs
     "ConfigError": ".config._errors",
     "Problem": ".config._errors",
@@ -72,7 +77,16 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'nnx_plugins' has no attribute {name!r}") from None
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
+    _install_kind_resolver()
     return value
+
+
+def _install_kind_resolver() -> None:
+    if "nnx_core" in sys.modules:  # (else nothing to do: importing it would import jax)
+        importlib.import_module(".registry._registry", __name__).install_kind_resolver()
+
+
+_install_kind_resolver()
 
 
 def __dir__() -> list[str]:
@@ -102,10 +116,12 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .registry._errors import UnknownNameError as UnknownNameError
     from .registry._hookspecs import hookimpl as hookimpl
     from .registry._hookspecs import hookspec as hookspec
+    from .registry._inprocess import register_layer as register_layer
+    from .registry._inprocess import register_variable_kind as register_variable_kind
     from .registry._lookup import get_layer as get_layer
     from .registry._lookup import get_variable_type as get_variable_type
     from .registry._lookup import load_variable_types as load_variable_types
-    from .registry._registry import Provider as Provider
+    from .registry._providers import Provider as Provider
     from .registry._registry import Registry as Registry
     from .registry._registry import default_registry as default_registry
     from .registry._registry import set_default_registry as set_default_registry

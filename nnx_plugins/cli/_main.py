@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from ..registry._errors import PluginError
 from . import _config, _names, _plugins, _train
-from ._output import fail
+from ._output import fail, plugin_warnings_as_lines
 
 __all__ = ["main", "build_parser"]
 
@@ -36,12 +36,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``nnx`` command; return the exit status (0 ok, 1 bad input, 2 usage)."""
+    """Run the ``nnx`` command; return the exit status (0 ok, 1 bad input, 2 usage).
+
+    Plugin problems print as ``nnx: warning: ...`` / ``nnx: error: ...`` lines naming the
+    distribution, its version, the cause and a fix; never as a traceback.
+    """
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.handler(args))
-    except PluginError as error:
-        return fail(str(error))
+    with plugin_warnings_as_lines():
+        try:
+            return int(args.handler(args))
+        except PluginError as error:
+            return fail(error)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,5 +1,9 @@
 """``nnx layers list [PATTERN]`` and ``nnx variables list`` (metadata only), ``nnx layers show``.
 
+A listing shows every offer of a name with a status that means something without importing
+anything: ``available``, ``collision: ...``, ``disabled ...`` or ``rejected: ...`` (and
+``loaded`` / ``failed: ...`` for what this process already looked up).
+
 Example:
     >>> from nnx_plugins.cli._main import build_parser
     >>> build_parser().parse_args(["layers", "list", "acme.*"]).pattern
@@ -14,6 +18,7 @@ import json
 from typing import Any
 
 from ..registry._errors import PluginError
+from ..registry._listing import offers
 from ._output import add_command, console, fail, registry, table
 
 __all__ = ["add_commands"]
@@ -28,17 +33,11 @@ def _matches(name: str, pattern: str | None) -> bool:
 
 
 def _names_table(kind: str, pattern: str | None, title: str) -> Any:
-    found = registry()
-    rows = []
-    for name in found.names(kind):
-        if not _matches(name, pattern):
-            continue
-        offers = found.providers(kind, name)
-        if len(offers) > 1:
-            who = " and ".join(str(p.plugin) for p in offers)
-            rows.append((name, who, ", ".join(p.target for p in offers), "collision"))
-        else:
-            rows.append((name, offers[0].plugin, offers[0].target, offers[0].status))
+    rows = [
+        (offer.name, offer.plugin, offer.target, offer.status)
+        for offer in offers(registry(), kind)
+        if _matches(offer.name, pattern)
+    ]
     return rows, table(title, ("Name", "Provided by", "Target", "Status"), rows)
 
 
@@ -71,7 +70,9 @@ def _layers_show(args: argparse.Namespace) -> int:
         provider = found.resolve("layer", args.name)
         obj = found.get("layer", args.name)
         spec = layer_spec(args.name, obj, registry=found)
-    except (PluginError, TypeError) as error:
+    except PluginError as error:
+        return fail(error)
+    except TypeError as error:  # a custom config_model that is not a pydantic model
         return fail(str(error))
     screen = console()
     what = "activation function" if spec.is_activation else "layer"

@@ -14,7 +14,7 @@ import warnings
 from typing import Any
 
 from ..registry._errors import PluginError
-from ._output import add_command, console, fail, registry, table
+from ._output import add_command, console, fail, problem_text, registry, table
 
 __all__ = ["add_commands"]
 
@@ -70,7 +70,7 @@ def _check(args: argparse.Namespace) -> int:
         try:
             failures = found.load_all()
         except PluginError as error:  # strict mode
-            return fail(str(error))
+            return fail(error)
     collisions = _collisions(found)
     rows = []
     for record in found.distributions():
@@ -79,7 +79,7 @@ def _check(args: argparse.Namespace) -> int:
         rows.append((record.plugin.distribution, record.plugin.version, status))
     console().print(table("nnx plugins check", ("Distribution", "Version", "Status"), rows))
     for problem in [*failures, *collisions]:
-        print(f"nnx: {type(problem).__name__}: {problem}", file=sys.stderr)
+        print(problem_text("error", problem), file=sys.stderr)
     return 1 if failures or collisions else 0
 
 

@@ -14,6 +14,7 @@ import dataclasses
 from .._errors import NnxError
 
 __all__ = [
+    "IN_PROCESS",
     "PluginInfo",
     "PluginError",
     "PluginLoadError",
@@ -39,21 +40,33 @@ class PluginInfo:
     version: str
 
     def __str__(self) -> str:
-        return f"{self.distribution} {self.version}"
+        return f"{self.distribution} {self.version}" if self.version else self.distribution
+
+
+#: the provider of names registered from Python (`register_layer`, `register_variable_kind`)
+IN_PROCESS = PluginInfo("in-process", "")
 
 
 class PluginError(NnxError):
     """Base of every plugin error; ``.plugin`` is the distribution concerned (or ``None``).
 
+    ``.message`` says what happened and ``.fix`` (possibly empty) how to get past it; the
+    error's text is both.
+
     Example:
-        >>> from nnx_plugins import PluginError, PluginLoadError
+        >>> from nnx_plugins import PluginError, PluginInfo, PluginLoadError
         >>> issubclass(PluginLoadError, PluginError)
         True
+        >>> error = PluginLoadError("a failed.", plugin=PluginInfo("a", "1"), fix="Reinstall a.")
+        >>> str(error), error.message, error.fix
+        ('a failed. Reinstall a.', 'a failed.', 'Reinstall a.')
     """
 
-    def __init__(self, message: str, *, plugin: PluginInfo | None = None):
-        super().__init__(message)
+    def __init__(self, message: str, *, plugin: PluginInfo | None = None, fix: str = ""):
+        super().__init__(f"{message} {fix}" if fix else message)
         self.plugin = plugin
+        self.message = message
+        self.fix = fix
 
 
 class PluginLoadError(PluginError):
@@ -67,8 +80,8 @@ class PluginNameError(PluginError):
 class NameCollisionError(PluginError):
     """Two distributions provide the same name; ``.providers`` lists them all."""
 
-    def __init__(self, message: str, *, providers: tuple[PluginInfo, ...]):
-        super().__init__(message, plugin=providers[0] if providers else None)
+    def __init__(self, message: str, *, providers: tuple[PluginInfo, ...], fix: str = ""):
+        super().__init__(message, plugin=providers[0] if providers else None, fix=fix)
         self.providers = providers
 
 
@@ -85,4 +98,17 @@ class PluginSettingsError(PluginError):
 
 
 class PluginWarning(UserWarning):
-    """Emitted once per distribution whose plugin failed to load (outside strict mode)."""
+    """Emitted once per distribution whose plugin failed to load (outside strict mode).
+
+    ``.error`` is the `PluginError` it reports (``None`` when made from a plain message).
+
+    Example:
+        >>> from nnx_plugins import PluginInfo, PluginLoadError, PluginWarning
+        >>> warning = PluginWarning(PluginLoadError("a 1 failed.", plugin=PluginInfo("a", "1")))
+        >>> str(warning), warning.error.plugin.distribution
+        ('nnx plugin a 1 failed.', 'a')
+    """
+
+    def __init__(self, error: PluginError | str):
+        self.error = error if isinstance(error, PluginError) else None
+        super().__init__(f"nnx plugin {error}" if self.error is not None else error)

@@ -16,10 +16,11 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
+import sys
 import threading
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .._text import close_matches, suggest
@@ -32,104 +33,27 @@ from ._discovery import (
     discover,
 )
 from ._errors import (
+    IN_PROCESS,
     NameCollisionError,
     PluginError,
-    PluginInfo,
     PluginLoadError,
     PluginNameError,
     PluginWarning,
     UnknownNameError,
 )
+from ._hooks import plugin_manager, run_hook_plugin
+from ._loading import check_object, run_plugin_code
+from ._providers import NOUN, HookPlugin, Provider, same_package, target_of, top_package
 
-__all__ = ["Provider", "Registry", "default_registry", "set_default_registry"]
+__all__ = [
+    "Provider",
+    "Registry",
+    "default_registry",
+    "set_default_registry",
+    "install_kind_resolver",
+]
 
 _KINDS = ("layer", "variable", "section")
-_NOUN = {"layer": "layer", "variable": "Variable kind", "section": "config section"}
-
-
-@dataclasses.dataclass
-class Provider:
-    """One distribution's offer of one name; ``obj`` is set once loaded, ``error`` if that failed."""
-
-    kind: str
-    name: str
-    plugin: PluginInfo
-    target: str
-    entry_point: Any = None
-    obj: Any = None
-    loaded: bool = False
-    error: PluginError | None = None
-
-    @property
-    def status(self) -> str:
-        """``"loaded"``, ``"not loaded"`` or ``"failed: <cause>"``."""
-        if self.error is not None:
-            return f"failed: {self.error}"
-        return "loaded" if self.loaded else "not loaded"
-
-
-@dataclasses.dataclass
-class _HookPlugin:
-    record: EntryRecord
-    loaded: bool = False
-    error: PluginError | None = None
-    names: list[tuple[str, str]] = dataclasses.field(default_factory=list)
-
-
-class _Registrar:
-    """What a hook receives: collects ``add_layer`` / ``add_variable_type`` calls of one plugin."""
-
-    def __init__(self, plugin: PluginInfo):
-        self.plugin = plugin
-        self.added: list[tuple[str, str, Any]] = []
-
-    def add_layer(self, name: str, obj: Any) -> None:
-        """Offer a layer class or an activation function under ``name``."""
-        self.added.append(("layer", name, obj))
-
-    def add_variable_type(self, name: str, cls: Any) -> None:
-        """Offer a `nnx_core.Variable` subclass under ``name``."""
-        self.added.append(("variable", name, cls))
-
-
-def _check_object(kind: str, name: str, obj: Any, plugin: PluginInfo) -> None:
-    """Validate a loaded object; register Variable kinds in the core's table."""
-    import nnx_core  # (here: listing names must not import jax)
-
-    if kind == "variable":
-        if not (isinstance(obj, type) and issubclass(obj, nnx_core.Variable)):
-            raise PluginLoadError(
-                f"{plugin} provides Variable kind {name!r} as {obj!r}, which is not a "
-                "subclass of nnx_core.Variable.",
-                plugin=plugin,
-            )
-        try:
-            nnx_core.register_variable_type(obj, name)
-        except (TypeError, ValueError) as error:
-            raise PluginLoadError(
-                f"{plugin} could not register Variable kind {name!r}: {error}", plugin=plugin
-            ) from error
-    elif kind == "section":
-        import pydantic  # (here, not at the top: listing names must not import pydantic)
-
-        if not (isinstance(obj, type) and issubclass(obj, pydantic.BaseModel)):
-            raise PluginLoadError(
-                f"{plugin} provides config section {name!r} as {obj!r}, which is not a "
-                "pydantic BaseModel subclass.",
-                plugin=plugin,
-            )
-    elif isinstance(obj, type) and not issubclass(obj, nnx_core.Module):
-        raise PluginLoadError(
-            f"{plugin} provides layer {name!r} as the class {obj.__qualname__}, which is not "
-            "a subclass of nnx_core.Module.",
-            plugin=plugin,
-        )
-    elif not callable(obj):
-        raise PluginLoadError(
-            f"{plugin} provides layer {name!r} as {obj!r}, which is neither a Module subclass "
-            "nor an activation function.",
-            plugin=plugin,
-        )
 
 
 class Registry:
@@ -154,7 +78,7 @@ class Registry:
         self.settings = Settings.from_env() if settings is None else settings
         self._records = discover(self.settings, distributions)
         self._providers: dict[str, dict[str, dict[str, Provider]]] = {k: {} for k in _KINDS}
-        self._hooks: list[_HookPlugin] = []
+        self._hooks: list[HookPlugin] = []
         self._warned: set[str] = set()
         self._lock = threading.RLock()
         self._manager: Any = None
@@ -223,10 +147,10 @@ class Registry:
         with self._lock:
             offers = self._providers[kind].get(name)
             if not offers and "." in name:  # only namespaced names can come from hooks
-                self._load_hooks(namespace=name.partition(".")[0])
+                self._load_hooks(_in_namespace(name.partition(".")[0]))
                 offers = self._providers[kind].get(name)
             if not offers and "." in name:
-                self._load_hooks(namespace=None)
+                self._load_hooks()
                 offers = self._providers[kind].get(name)
             if not offers:
                 raise self._unknown(kind, name)
@@ -242,20 +166,80 @@ class Registry:
             for rounds in range(3):
                 for name, offers in self._providers[kind].items():
                     for provider in offers.values():
-                        if rounds == 1 and not provider.loaded and _same_package(provider, obj):
+                        if rounds == 1 and not provider.loaded and same_package(provider, obj):
                             self._try_load(provider)
                         elif rounds == 2 and not provider.loaded:
                             self._try_load(provider)
                         if provider.loaded and provider.obj is obj:
                             return name
                 if rounds == 1:
-                    self._load_hooks(namespace=None)
+                    self._load_hooks()
         what = getattr(obj, "__qualname__", repr(obj))
         raise UnknownNameError(
-            f"{what} is not a registered {_NOUN[kind]}, so it has no name a config can use. "
+            f"{what} is not a registered {NOUN[kind]}, so it has no name a config can use. "
             f"Publish it through the 'nnx.{'layers' if kind == 'layer' else 'variables'}' "
             "entry-point group or a plugin hook."
         )
+
+    def claim_kind(self, cls: type) -> str | None:
+        """Give the Variable kind ``cls`` the name its distribution declares for it, if any.
+
+        Searches only ``cls``'s own top-level package: its ``nnx.variables`` entry points, then
+        its hook plugins. A match is registered in the core's table (so ``nnx_core`` knows the
+        kind by that name from then on). nnx_core asks this through its kind resolver whenever
+        it meets a kind it knows only by its automatic ``module.Class`` name.
+
+        Returns:
+            The name, or ``None`` when no enabled distribution names ``cls``.
+        """
+        with self._lock:
+            top = str(getattr(cls, "__module__", "") or "").partition(".")[0]
+            for attempt in range(2):
+                for name, offers in self._providers["variable"].items():
+                    for provider in offers.values():
+                        if not provider.loaded and same_package(provider, cls):
+                            self._try_load(provider)
+                        if provider.loaded and provider.obj is cls:
+                            return name
+                if attempt == 0:
+                    self._load_hooks(lambda record: top_package(record.target) == top)
+            return None
+
+    def add(self, kind: str, name: str, obj: Any) -> Any:
+        """Register ``obj`` as ``name`` from Python; return ``obj`` (see `register_layer`).
+
+        The rules of entry points apply, but every failure raises at once: the name is
+        namespaced, the object is checked (and a Variable kind enters the core's table), and a
+        name an enabled distribution (or its hook plugin) provides is a collision. Registering a
+        redefinition of the same ``module:Qualname`` again (a re-run notebook cell) replaces it.
+
+        Raises:
+            PluginNameError: ``name`` is not a namespaced name such as ``'my.Block'``.
+            NameCollisionError: another provider has ``name``.
+            PluginLoadError: ``obj`` is not a layer / activation / Variable kind.
+        """
+        with self._lock:
+            if not isinstance(name, str):
+                raise PluginNameError(
+                    f"in-process names are strings such as 'my.Block', got {name!r}.",
+                    plugin=IN_PROCESS,
+                )
+            problem = check_name(kind, name, IN_PROCESS)
+            if problem:
+                raise PluginNameError(problem, plugin=IN_PROCESS)
+            self._load_hooks(_in_namespace(name.partition(".")[0]))
+            target = target_of(obj, name)
+            offers = self._providers[kind].get(name, {})
+            held = [p for key, p in offers.items() if key != IN_PROCESS.distribution]
+            mine = offers.get(IN_PROCESS.distribution)
+            if mine is not None and mine.obj is not obj and mine.target != target:
+                held.append(mine)
+            if held:
+                raise _taken(kind, name, target, held[0])
+            check_object(kind, name, obj, IN_PROCESS)
+            provider = Provider(kind, name, IN_PROCESS, target, None, obj, True)
+            self._providers[kind].setdefault(name, {})[IN_PROCESS.distribution] = provider
+            return obj
 
     def load_all(self) -> list[PluginError]:
         """Import every enabled name and hook plugin; return the failures (raise if strict)."""
@@ -282,14 +266,14 @@ class Registry:
     def load_kind(self, kind: str) -> dict[str, Any]:
         """Import every hook plugin and every name of ``kind``; return the unambiguous loaded ones."""
         with self._lock:
-            self._load_hooks(namespace=None)
+            self._load_hooks()
             return self.load_static(kind)
 
     # -- internals -------------------------------------------------------------------------------
     def _add_static(self, record: DistributionRecord) -> None:
         for entry in record.entries:
             if entry.kind == "plugin":
-                self._hooks.append(_HookPlugin(entry))
+                self._hooks.append(HookPlugin(entry))
                 continue
             problem = check_name(entry.kind, entry.name, entry.plugin)
             if problem:
@@ -308,7 +292,7 @@ class Registry:
         key = canonical_distribution(error.plugin.distribution) if error.plugin else ""
         if key not in self._warned:
             self._warned.add(key)
-            warnings.warn(f"nnx plugin {error}", PluginWarning, stacklevel=4)
+            warnings.warn(PluginWarning(error), stacklevel=4)
 
     def _choose(
         self, kind: str, name: str, offers: dict[str, Provider], prefer: Mapping[str, str] | None
@@ -324,10 +308,11 @@ class Registry:
             f" The preference {name}={wanted} names none of them." if wanted is not None else ""
         )
         raise NameCollisionError(
-            f"{_NOUN[kind].capitalize()} {name!r} is provided by {len(offers)} distributions: "
-            f"{listing}.{unmatched} Choose one with NNX_PREFER='{name}={first}' or the config "
-            f"key plugins: {{prefer: {{{name}: {first}}}}}.",
+            f"{NOUN[kind].capitalize()} {name!r} is provided by {len(offers)} distributions: "
+            f"{listing}.{unmatched}",
             providers=tuple(p.plugin for p in offers.values()),
+            fix=f"Choose one with NNX_PREFER='{name}={first}' or the config key "
+            f"plugins: {{prefer: {{{name}: {first}}}}}.",
         )
 
     def _unknown(self, kind: str, name: str) -> UnknownNameError:
@@ -352,7 +337,7 @@ class Registry:
         if namespace and not notes:
             notes.append(self._namespace_note(kind, namespace))
         return UnknownNameError(
-            f"Unknown {_NOUN[kind]} {name!r}.{hint}{''.join(notes)}", suggestions=close
+            f"Unknown {NOUN[kind]} {name!r}.{hint}{''.join(notes)}", suggestions=close
         )
 
     def _namespace_note(self, kind: str, namespace: str) -> str:
@@ -360,7 +345,7 @@ class Registry:
         owners = sorted({str(p.plugin) for p in offers if p.name.startswith(namespace + ".")})
         if owners:
             verb = "provides" if len(owners) == 1 else "provide"
-            return f" {' and '.join(owners)} {verb} {namespace}.* {_NOUN[kind]}s."
+            return f" {' and '.join(owners)} {verb} {namespace}.* {NOUN[kind]}s."
         packs = sorted({str(p.plugin) for p in offers if "." in p.name})
         installed = f"; installed packs: {', '.join(packs)}." if packs else "."
         return f" No installed distribution provides {namespace}.* names{installed}"
@@ -370,24 +355,18 @@ class Registry:
             raise provider.error
         if not provider.loaded:
             try:
-                obj = provider.entry_point.load()
-            except Exception as cause:  # noqa: BLE001 - a plugin may raise anything on import
-                error = PluginLoadError(
-                    f"{provider.plugin} failed to load {_NOUN[provider.kind]} {provider.name!r} "
-                    f"from {provider.target}: {type(cause).__name__}: {cause}",
+                obj = run_plugin_code(
+                    provider.entry_point.load,
                     plugin=provider.plugin,
+                    action=f"load {NOUN[provider.kind]} {provider.name!r} from {provider.target}",
                 )
-                error.__cause__ = cause
-                provider.error = error
-                self._report(error)
-                raise error from cause
-            try:
-                _check_object(provider.kind, provider.name, obj, provider.plugin)
+                check_object(provider.kind, provider.name, obj, provider.plugin)
             except PluginError as error:
                 provider.error = error
                 self._report(error)
                 raise
             provider.obj, provider.loaded = obj, True
+            install_kind_resolver()
         return provider.obj
 
     def _try_load(self, provider: Provider) -> None:
@@ -397,77 +376,84 @@ class Registry:
             if self.settings.strict:
                 raise
 
-    def _plugin_manager(self) -> Any:
-        if self._manager is None:
-            import pluggy  # (here: listing names needs no hooks)
-
-            from . import _hookspecs  # (here: it imports pluggy)
-
-            self._manager = pluggy.PluginManager(_hookspecs.PROJECT_NAME)
-            self._manager.add_hookspecs(_hookspecs)
-        return self._manager
-
-    def _load_hooks(self, *, namespace: str | None) -> None:
-        pending = [h for h in self._hooks if not h.loaded and h.error is None]
-        if namespace is not None:
-            pending = [h for h in pending if h.record.name == namespace]
-        for hook in pending:
+    def _load_hooks(self, wanted: Callable[[EntryRecord], bool] = lambda record: True) -> None:
+        for hook in [h for h in self._hooks if not h.loaded and h.error is None]:
+            if not wanted(hook.record):
+                continue
             try:
                 self._run_hook_plugin(hook)
             except PluginError as error:
                 hook.error = error
                 self._report(error)
 
-    def _run_hook_plugin(self, hook: _HookPlugin) -> None:
-        record, manager = hook.record, self._plugin_manager()
-        registrar = _Registrar(record.plugin)
-        step = "import"
-        try:
-            module = record.entry_point.load()
-            step = "register hooks of"
-            manager.register(module, name=f"{record.plugin.distribution}:{record.name}")
-            others = [p for p in manager.get_plugins() if p is not module]
-            try:
-                manager.check_pending()
-                step = "run the hooks of"
-                for hook_name in ("nnx_register_variable_types", "nnx_register_layers"):
-                    manager.subset_hook_caller(hook_name, remove_plugins=others)(registry=registrar)
-            except BaseException:
-                manager.unregister(module)
-                raise
-        except Exception as cause:  # noqa: BLE001 - plugin code may raise anything
-            raise PluginLoadError(
-                f"{record.plugin} failed to {step} plugin {record.name!r} ({record.target}): "
-                f"{type(cause).__name__}: {cause}",
-                plugin=record.plugin,
-            ) from cause
-        try:
-            staged = self._stage(record, registrar)
-        except PluginError:
-            manager.unregister(module)
-            raise
+    def _run_hook_plugin(self, hook: HookPlugin) -> None:
+        if self._manager is None:
+            self._manager = plugin_manager()
+        staged = run_hook_plugin(self._manager, hook.record)
+        key = canonical_distribution(hook.record.plugin.distribution)
         for provider in staged:
-            key = canonical_distribution(record.plugin.distribution)
             self._providers[provider.kind].setdefault(provider.name, {})[key] = provider
             hook.names.append((provider.kind, provider.name))
         hook.loaded = True
 
-    @staticmethod
-    def _stage(record: EntryRecord, registrar: _Registrar) -> list[Provider]:
-        staged = []
-        for kind, name, obj in registrar.added:
-            problem = check_name(kind, name, record.plugin)
-            if problem:
-                raise PluginNameError(problem, plugin=record.plugin)
-            _check_object(kind, name, obj, record.plugin)
-            target = f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', name)}"
-            staged.append(Provider(kind, name, record.plugin, target, None, obj, True))
-        return staged
+
+def _in_namespace(namespace: str) -> Callable[[EntryRecord], bool]:
+    return lambda record: record.name == namespace
 
 
-def _same_package(provider: Provider, obj: Any) -> bool:
-    top = str(getattr(obj, "__module__", "") or "").partition(".")[0]
-    return bool(top) and provider.target.partition(":")[0].partition(".")[0] == top
+def _taken(kind: str, name: str, target: str, holder: Provider) -> NameCollisionError:
+    return NameCollisionError(
+        f"{NOUN[kind].capitalize()} {name!r} is already provided by {holder.plugin} "
+        f"({holder.target}); registering {target} in-process under the same name would "
+        "make it ambiguous.",
+        providers=(holder.plugin, IN_PROCESS),
+        fix=f"Register it under your own namespace, e.g. 'mine.{name.rpartition('.')[2]}'.",
+    )
+
+
+_RESOLVING = threading.local()
+_RESOLVER_INSTALLED = False
+
+
+def _resolve_kind(key: Any) -> None:
+    """nnx_core's kind resolver: a kind's entry-point name, from the default registry.
+
+    A name no distribution provides is left to nnx_core (which raises its KeyError); a
+    collision or a failed plugin raises its `PluginError`.
+    """
+    if getattr(_RESOLVING, "active", False):  # a plugin asking about kinds while loading
+        return
+    _RESOLVING.active = True
+    try:
+        if isinstance(key, str):
+            with contextlib.suppress(UnknownNameError):
+                default_registry().get("variable", key)
+        else:
+            default_registry().claim_kind(key)
+    finally:
+        _RESOLVING.active = False
+
+
+def install_kind_resolver() -> None:
+    """Make nnx_core ask the default registry about kinds it does not know by name.
+
+    Does nothing until nnx_core is imported (importing it here would make listing import
+    jax); `default_registry`, every plugin load and ``import nnx_plugins`` call it.
+
+    Example:
+        >>> import nnx_core
+        >>> from nnx_plugins.registry._registry import install_kind_resolver
+        >>> install_kind_resolver()
+        >>> nnx_core.variable_type("acme.LoRAParam").__name__
+        'LoRAParam'
+    """
+    global _RESOLVER_INSTALLED
+    if _RESOLVER_INSTALLED or "nnx_core" not in sys.modules:
+        return
+    import nnx_core  # (here: already imported, see above; listing must not import jax)
+
+    nnx_core.set_variable_kind_resolver(_resolve_kind)
+    _RESOLVER_INSTALLED = True
 
 
 _DEFAULT: Registry | None = None
@@ -483,6 +469,7 @@ def default_registry() -> Registry:
         True
     """
     global _DEFAULT
+    install_kind_resolver()
     with _DEFAULT_LOCK:
         if _DEFAULT is None:
             _DEFAULT = Registry()

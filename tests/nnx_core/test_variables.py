@@ -384,6 +384,59 @@ def test_kind_keyword_collision_fails_the_class_definition():
     assert nnx.variable_type("tests.variables.Taken") is _Taken
 
 
+# -- the kind resolver hook (nnx_plugins installs one for entry-point names) ----------------------
+@pytest.fixture
+def asked():
+    """Install a resolver that records what it is asked and names ``_Resolved`` on demand."""
+    calls = []
+
+    def resolver(key):
+        calls.append(key)
+        if key in ("tests.resolved", _Resolved):
+            nnx.register_variable_type(_Resolved, "tests.resolved")
+        if key == "tests.raises":
+            raise LookupError("resolver failed for tests.raises")
+
+    previous = nnx.set_variable_kind_resolver(resolver)
+    yield calls
+    nnx.set_variable_kind_resolver(previous)
+
+
+class _Resolved(nnx.Variable):
+    pass
+
+
+class _Unnamed(nnx.Variable):
+    pass
+
+
+def test_resolver_names_a_kind_by_name_or_by_class(asked):
+    assert nnx.variable_name(nnx.Param) == "Param"  # explicit names never ask
+    assert nnx.variable_type("Param") is nnx.Param
+    assert asked == []
+    auto = nnx.variable_name(_Unnamed)  # an automatic name asks, and stays if nothing is known
+    assert auto.endswith("._Unnamed") and asked == [_Unnamed]
+    assert nnx.variable_type("tests.resolved") is _Resolved
+    assert nnx.variable_name(_Resolved) == "tests.resolved"
+    assert asked == [_Unnamed, "tests.resolved"]
+
+
+def test_resolver_errors_propagate_and_unknown_names_still_raise_key_error(asked):
+    with pytest.raises(LookupError, match="resolver failed for tests.raises"):
+        nnx.variable_type("tests.raises")
+    with pytest.raises(KeyError, match="No Variable kind is registered as 'tests.nothing'"):
+        nnx.variable_type("tests.nothing")
+    assert asked == ["tests.raises", "tests.nothing"]
+
+
+def test_setting_none_removes_the_resolver(asked):
+    nnx.set_variable_kind_resolver(None)
+    with pytest.raises(KeyError, match="'tests.still.nothing'"):
+        nnx.variable_type("tests.still.nothing")
+    nnx.variable_name(_Unnamed)
+    assert asked == []
+
+
 # -- tracer safety --------------------------------------------------------------------------------
 OUTSIDE = nnx.Param(jnp.zeros(2))
 OUTSIDE_MODULE = Leaf(2)

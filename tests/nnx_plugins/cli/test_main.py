@@ -48,8 +48,8 @@ def test_plugins_check_reports_failures_and_collisions(capsys, with_fakes):
     with with_fakes(BROKEN, COLLIDING):
         code, out, err = run(capsys, "plugins", "check")
     assert code == 1 and "FAILED" in out
-    assert "PluginLoadError: broken-layers 0.3 failed to load layer 'broken.Dense'" in err
-    assert "NameCollisionError: Layer 'acme.GatedDense' is provided by 2 distributions" in err
+    assert "nnx: error: broken-layers 0.3 failed to load layer 'broken.Dense'" in err
+    assert "nnx: error: Layer 'acme.GatedDense' is provided by 2 distributions" in err
 
 
 def test_plugins_check_in_strict_mode_stops_at_the_first_failure(capsys, with_fakes):

@@ -1,9 +1,13 @@
 """The registry: lazy loading, collisions, failures, strict mode, hooks, reverse lookup."""
 
+import json
+import subprocess
 import sys
+import textwrap
 
 import pytest
 
+import nnx_core
 from nnx_core import Module, Variable, variable_type
 from nnx_plugins import (
     NameCollisionError,
@@ -248,3 +252,107 @@ def test_unknown_unqualified_names_do_not_load_hook_plugins():
     with pytest.raises(UnknownNameError, match="Unknown layer 'other.Nope'"):
         registry.get("layer", "other.Nope")
     assert dict((r.name, s) for r, s in registry.hook_plugins())["acme"] == "loaded"
+
+
+# -- kinds by their entry-point names: nnx_core's resolver asks the registry ----------------------
+def test_claim_kind_names_a_pack_class_from_its_own_package_only():
+    from acme_layers.variables import LoRAParam
+
+    registry = registry_of()
+    assert registry.claim_kind(LoRAParam) == "acme.LoRAParam"
+    assert registry.providers("layer", "acme.GatedDense")[0].status == "not loaded"
+
+    class Stranger(Variable):
+        pass
+
+    assert registry.claim_kind(Stranger) is None
+    assert dict((r.name, s) for r, s in registry.hook_plugins())["acme"] == "not loaded"
+
+
+def test_claim_kind_runs_the_hook_plugins_of_the_class_package(fake_modules):
+    import hookpack
+
+    pack = fake_distribution("hooky", entry_points={"nnx.plugins": {"hooky": "hookpack"}})
+    assert registry_of(pack).claim_kind(hookpack.Scale) == "hooky.Scale"
+
+
+def test_core_lookups_reach_the_default_registry(with_fakes):
+    with with_fakes(BROKEN, COLLIDING):
+        assert nnx_core.variable_type("acme.LoRAParam").__name__ == "LoRAParam"
+        with pytest.raises(KeyError, match="No Variable kind is registered as 'nope.Kind'"):
+            nnx_core.variable_type("nope.Kind")
+    pack = fake_distribution("odd", entry_points={"nnx.variables": {"odd.K": "fakepack:FakeParam"}})
+    twin = fake_distribution(
+        "twin", entry_points={"nnx.variables": {"odd.K": "fakepack:FakeParam"}}
+    )
+    with with_fakes(pack, twin):
+        with pytest.raises(NameCollisionError, match=r"'odd.K' is provided by 2 distributions"):
+            nnx_core.variable_type("odd.K")
+
+
+FRESH_PROCESS = {
+    "built through nnx_plugins": """
+        import nnx_core, nnx_plugins
+        model = nnx_plugins.build({"type": "acme.GatedDense", "in_features": 4,
+                                   "out_features": 3, "lora_rank": 2})
+    """,
+    "pack imported directly, nnx_plugins afterwards": """
+        import nnx_core
+        from acme_layers.dense import GatedDense
+        model = GatedDense(4, 3, lora_rank=2, rngs=nnx_core.Rngs(0))
+        import nnx_plugins
+    """,
+    "nnx_plugins imported first, then used": """
+        import nnx_plugins, nnx_core
+        from acme_layers.dense import GatedDense
+        model = GatedDense(4, 3, lora_rank=2, rngs=nnx_core.Rngs(0))
+        nnx_plugins.get_layer("Linear")
+    """,
+}
+CHECK = """
+    import json, os, tempfile
+    kind = type(model.lora_a)
+    where = nnx_plugins.save(model, os.path.join(tempfile.mkdtemp(), "c"))
+    print(json.dumps([
+        nnx_core.variable_name(kind),
+        sorted(p[-1] for p, _ in nnx_core.state(model, "acme.LoRAParam").flat_state()),
+        nnx_plugins.read_manifest(where)["entries"]["model/lora_a"]["kind"],
+    ]))
+"""
+
+
+def test_a_pack_kind_has_its_entry_point_name_in_a_fresh_process_in_any_import_order():
+    runs = {
+        case: subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(script) + textwrap.dedent(CHECK)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for case, script in FRESH_PROCESS.items()
+    }
+    for case, run in runs.items():
+        out, err = run.communicate(timeout=300)
+        assert run.returncode == 0, f"{case}: {err}"
+        name, adapters, in_checkpoint = json.loads(out)
+        assert (name, adapters, in_checkpoint) == (
+            "acme.LoRAParam",
+            ["lora_a", "lora_b"],
+            "acme.LoRAParam",
+        ), case
+
+
+def test_build_summary_shows_pack_kinds_by_name_in_a_fresh_process(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "model: {type: acme.GatedDense, in_features: 4, out_features: 3, lora_rank: 2}\n"
+    )
+    code = "import sys; from nnx_plugins.cli._main import main; sys.exit(main(sys.argv[1:]))"
+    run = subprocess.run(
+        [sys.executable, "-c", code, "build", str(path), "--summary"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "[acme.LoRAParam]" in run.stdout and "acme_layers.variables" not in run.stdout
