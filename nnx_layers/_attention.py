@@ -95,9 +95,12 @@ class MultiHeadAttention(Module):
             when ``dropout_rate > 0``). ``model.eval()`` / ``model.train()`` set it.
         precision: ``jax.lax.Precision`` of the projections and the attention.
         kernel_init: initializer of the query/key/value (and output) kernels.
-        out_kernel_init: initializer of the output kernel (``kernel_init`` if None).
+        out_kernel_init: initializer of the output kernel; ``None`` means ``kernel_init``.
+            The default is ``lecun_normal()`` (flax.nnx's default is ``None``, which a config
+            cannot spell): set both when you change ``kernel_init``.
         bias_init: initializer of the biases.
-        out_bias_init: initializer of the output bias (``bias_init`` if None).
+        out_bias_init: initializer of the output bias; ``None`` means ``bias_init``. The
+            default is ``zeros``.
         use_bias: whether the projections have biases.
         attention_fn: the attention function, called as `dot_product_attention` is (a
             Python-only hook: a config can only name a registered function).
@@ -151,9 +154,9 @@ class MultiHeadAttention(Module):
         deterministic: bool | None = None,
         precision: Any = None,
         kernel_init: Initializer = _DEFAULT_KERNEL_INIT,
-        out_kernel_init: Initializer | None = None,
+        out_kernel_init: Initializer | None = _DEFAULT_KERNEL_INIT,
         bias_init: Initializer = initializers.zeros,
-        out_bias_init: Initializer | None = None,
+        out_bias_init: Initializer | None = initializers.zeros,
         use_bias: bool = True,
         attention_fn: Callable[..., jax.Array] = dot_product_attention,
         decode: bool | None = None,
@@ -198,9 +201,9 @@ class MultiHeadAttention(Module):
         self.deterministic = deterministic
         self.precision = precision
         self.kernel_init = kernel_init
-        self.out_kernel_init = out_kernel_init
+        self.out_kernel_init = kernel_init if out_kernel_init is None else out_kernel_init
         self.bias_init = bias_init
-        self.out_bias_init = out_bias_init
+        self.out_bias_init = bias_init if out_bias_init is None else out_bias_init
         self.use_bias = use_bias
         self.attention_fn = attention_fn
         self.decode = decode
@@ -255,8 +258,8 @@ class MultiHeadAttention(Module):
             axis=(-2, -1),
             **dict(
                 common,
-                kernel_init=self.out_kernel_init or self.kernel_init,
-                bias_init=self.out_bias_init or self.bias_init,
+                kernel_init=self.out_kernel_init,
+                bias_init=self.out_bias_init,
                 kernel_metadata=self.out_kernel_metadata or self.kernel_metadata,
                 bias_metadata=self.out_bias_metadata or self.bias_metadata,
             ),

@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from nnx_core import Module, Param, Rngs, Variable
+from nnx_core import Module, Param, Rngs, Variable, variable_name, variable_type
 
 from . import initializers
 from ._checks import Dtype, as_input, check_last_axis, check_positive_int, metadata, promote_dtype
@@ -44,13 +44,21 @@ def _check_rank(layer: str, lora_rank: Any) -> int:
     return check_positive_int(layer, "lora_rank", lora_rank)
 
 
-def _check_param_type(layer: str, lora_param_type: Any) -> type[Variable]:
+def _param_type(layer: str, lora_param_type: Any) -> tuple[type[Variable], str]:
+    """The Variable kind given as a class or a registered name, and its registered name."""
+    if isinstance(lora_param_type, str):
+        try:
+            kind = variable_type(lora_param_type)
+        except KeyError as error:
+            raise ValueError(f"{layer} lora_param_type: {error.args[0]}") from None
+        return kind, lora_param_type
     if not (isinstance(lora_param_type, type) and issubclass(lora_param_type, Variable)):
         raise TypeError(
             f"{layer} lora_param_type must be a Variable kind (a subclass of "
-            f"nnx_core.Variable), got {lora_param_type!r}. Pass e.g. lora_param_type=LoRAParam."
+            f"nnx_core.Variable) or its registered name, got {lora_param_type!r}. Pass e.g. "
+            f"lora_param_type=LoRAParam or lora_param_type='LoRAParam'."
         )
-    return lora_param_type
+    return lora_param_type, variable_name(lora_param_type)
 
 
 class LoRA(Module):
@@ -70,14 +78,16 @@ class LoRA(Module):
         param_dtype: dtype of ``lora_a`` and ``lora_b``.
         a_initializer: initializer of ``lora_a``.
         b_initializer: initializer of ``lora_b``.
-        lora_param_type: the Variable kind of ``lora_a`` and ``lora_b``.
+        lora_param_type: the Variable kind of ``lora_a`` and ``lora_b``, as a class or its
+            registered name (what the layer stores and a config writes).
         rngs: random streams; ``rngs.params()`` initializes the adapters.
         a_metadata: metadata for ``lora_a``.
         b_metadata: metadata for ``lora_b``.
 
     Raises:
-        ValueError: sizes that are not positive integers; at call time, an input whose last
-            axis is not ``in_features`` wide, or a base output of another shape.
+        ValueError: sizes that are not positive integers or an unknown kind name; at call
+            time, an input whose last axis is not ``in_features`` wide, or a base output of
+            another shape.
         TypeError: a ``base_module`` that is not callable or a ``lora_param_type`` that is not
             a Variable kind; a non-floating input.
 
@@ -107,7 +117,7 @@ class LoRA(Module):
         param_dtype: Dtype = jnp.float32,
         a_initializer: Initializer = _DEFAULT_A_INIT,
         b_initializer: Initializer = initializers.zeros,
-        lora_param_type: type[Variable] = LoRAParam,
+        lora_param_type: type[Variable] | str = "LoRAParam",
         rngs: Rngs,
         a_metadata: Mapping[str, Any] = _EMPTY,
         b_metadata: Mapping[str, Any] = _EMPTY,
@@ -125,13 +135,13 @@ class LoRA(Module):
         self.param_dtype = param_dtype
         self.a_initializer = a_initializer
         self.b_initializer = b_initializer
-        self.lora_param_type = _check_param_type("LoRA", lora_param_type)
+        kind, self.lora_param_type = _param_type("LoRA", lora_param_type)
         self.a_metadata = metadata(a_metadata)
         self.b_metadata = metadata(b_metadata)
         a = a_initializer(rngs.params(), (self.in_features, self.lora_rank), param_dtype)
         b = b_initializer(rngs.params(), (self.lora_rank, self.out_features), param_dtype)
-        self.lora_a = lora_param_type(a, **self.a_metadata)
-        self.lora_b = lora_param_type(b, **self.b_metadata)
+        self.lora_a = kind(a, **self.a_metadata)
+        self.lora_b = kind(b, **self.b_metadata)
 
     def __call__(self, inputs: jax.Array, **kwargs: Any) -> jax.Array:
         """Return ``inputs @ lora_a @ lora_b`` (plus ``base_module(inputs, **kwargs)``)."""
@@ -166,7 +176,8 @@ class LoRALinear(Linear):
         lora_param_dtype: dtype of the adapter weights.
         a_initializer: initializer of ``lora.lora_a``.
         b_initializer: initializer of ``lora.lora_b``.
-        lora_param_type: the Variable kind of the adapter weights.
+        lora_param_type: the Variable kind of the adapter weights (class or registered
+            name).
         use_bias: as `Linear`.
         dtype: as `Linear` (the dense part's computation dtype).
         param_dtype: as `Linear`.
@@ -207,7 +218,7 @@ class LoRALinear(Linear):
         lora_param_dtype: Dtype = jnp.float32,
         a_initializer: Initializer = _DEFAULT_A_INIT,
         b_initializer: Initializer = initializers.zeros,
-        lora_param_type: type[Variable] = LoRAParam,
+        lora_param_type: type[Variable] | str = "LoRAParam",
         use_bias: bool = True,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
@@ -222,7 +233,7 @@ class LoRALinear(Linear):
         bias_metadata: Mapping[str, Any] = _EMPTY,
     ):
         rank = _check_rank("LoRALinear", lora_rank)
-        _check_param_type("LoRALinear", lora_param_type)
+        _, kind_name = _param_type("LoRALinear", lora_param_type)
         super().__init__(
             in_features,
             out_features,
@@ -242,7 +253,7 @@ class LoRALinear(Linear):
         self.lora_param_dtype = lora_param_dtype
         self.a_initializer = a_initializer
         self.b_initializer = b_initializer
-        self.lora_param_type = lora_param_type
+        self.lora_param_type = kind_name
         self.a_metadata = metadata(a_metadata)
         self.b_metadata = metadata(b_metadata)
         self.lora = LoRA(
@@ -253,7 +264,7 @@ class LoRALinear(Linear):
             param_dtype=lora_param_dtype,
             a_initializer=a_initializer,
             b_initializer=b_initializer,
-            lora_param_type=lora_param_type,
+            lora_param_type=kind_name,
             rngs=rngs,
             a_metadata=a_metadata,
             b_metadata=b_metadata,
