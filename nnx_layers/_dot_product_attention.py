@@ -194,7 +194,8 @@ def dot_product_attention(
 
     Without dropout and without ``module`` this runs ``jax.nn.dot_product_attention`` (XLA's
     fused form: logits and softmax in float32); otherwise the weights are computed explicitly
-    in ``dtype`` (so they can be dropped out or recorded), as flax.nnx does.
+    in ``dtype`` (so they can be dropped out or recorded), as flax.nnx does. Values whose
+    depth differs from the keys' (which the fused form rejects) also take the explicit path.
 
     Args:
         query: ``(batch..., q_length, heads, depth)``.
@@ -232,7 +233,7 @@ def dot_product_attention(
     target = _weights_shape(query, key)
     _check_broadcast(name, "bias", bias, target)
     _check_broadcast(name, "mask", mask, target)
-    if dropout_rate == 0.0 and module is None:
+    if dropout_rate == 0.0 and module is None and value.shape[-1] == query.shape[-1]:
         return _fused(query, key, value, bias, mask, is_causal)
     weights = dot_product_attention_weights(
         query,

@@ -182,7 +182,7 @@ def test_cross_attention_and_is_causal_match_flax(assert_close):
 
 
 def test_gradients_match_flax(assert_close):
-    ours, theirs = _pair(2, F, num_kv_heads=1, normalize_qk=True, decode=False)
+    ours, theirs = _pair(2, F, num_kv_heads=1, decode=False)
     x, mask = _x((B, T, F)), MASKS["combined"]
 
     def loss(model, x):
