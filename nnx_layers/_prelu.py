@@ -16,6 +16,7 @@ from .initializers import Constant, constant
 __all__ = ["PReLU"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+_DEFAULT_SLOPE = constant(0.01)
 
 
 class PReLU(Module):
@@ -52,7 +53,7 @@ class PReLU(Module):
 
     def __init__(
         self,
-        negative_slope_init: float | Constant = constant(0.01),
+        negative_slope_init: float | Constant = _DEFAULT_SLOPE,
         *,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
