@@ -89,6 +89,7 @@ class Initializer(Protocol):
         """Return an array of ``shape`` and ``dtype`` drawn with ``key``."""
         ...
 
+
 _MODES = ("fan_in", "fan_out", "fan_avg", "fan_geo_avg")
 _DISTRIBUTIONS = ("truncated_normal", "normal", "uniform")
 # Standard deviation of a standard normal truncated to [-2, 2].
