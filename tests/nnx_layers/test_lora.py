@@ -63,7 +63,6 @@ def test_default_init_matches_flax_from_the_same_key():
 @pytest.mark.parametrize(
     ("dtype", "param_dtype", "input_dtype"),
     [
-        (None, jnp.float32, jnp.float32),
         (None, jnp.bfloat16, jnp.float32),
         (jnp.bfloat16, jnp.float32, jnp.float32),
     ],
