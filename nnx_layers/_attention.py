@@ -46,21 +46,22 @@ def _check_features(arg: str, x: jax.Array, expected: int, setting: str) -> None
         )
 
 
-def _check_cache_room(index: jax.Array, max_length: int) -> None:
-    """Raise when a decoding step would write past the end of the cache."""
+def _past_the_end(index: jax.Array, max_length: int) -> jax.Array | None:
+    """Raise if a decoding step would write past the cache's end; under a trace, return the flag.
 
-    def check(i: Any) -> None:
-        if int(i) >= max_length:
-            raise ValueError(
-                f"{_NAME} decode step {int(i)} is past the end of the cache (length "
-                f"{max_length}, set by init_cache). Call init_cache with a longer input "
-                f"shape, or start a new sequence with init_cache."
-            )
-
+    A compiled step cannot raise without a host round trip per step (measured at several
+    times the cost of the step itself), so under ``jit`` the caller poisons the step's output
+    with NaN instead of silently overwriting the last cached position.
+    """
     if isinstance(index, jax.core.Tracer):
-        jax.debug.callback(check, index)  # raised when the compiled step runs
-    else:
-        check(index)
+        return index >= max_length
+    if int(index) >= max_length:
+        raise ValueError(
+            f"{_NAME} decode step {int(index)} is past the end of the cache (length "
+            f"{max_length}, set by init_cache). Call init_cache with a longer input shape, or "
+            f"start a new sequence with init_cache."
+        )
+    return None
 
 
 class MultiHeadAttention(Module):
@@ -303,8 +304,9 @@ class MultiHeadAttention(Module):
                 ``in_features``/``in_kv_features``; a mask that does not broadcast;
                 ``decode`` or (with dropout) ``deterministic`` that is None in both the layer
                 and the call; decoding without ``init_cache``, with more than one position
-                or another batch shape than the cache's, or past the cache's end; dropout
-                in training mode without any rngs.
+                or another batch shape than the cache's, or past the cache's end (under
+                ``jit`` such a step returns NaN instead, and so does every later one until
+                ``init_cache``); dropout in training mode without any rngs.
         """
         inputs_k, inputs_v = self._inputs(inputs_q, inputs_k, inputs_v)
         decode = self._flag("decode", decode, self.decode)
@@ -410,12 +412,14 @@ class MultiHeadAttention(Module):
                 f"{key.shape}. Feed x[..., t:t+1, :] per step, or init_cache for this batch."
             )
         index = self.cache_index.value
-        _check_cache_room(index, max_length)
+        past = _past_the_end(index, max_length)
         start = (0,) * len(batch) + (index, 0, 0)
         key = jax.lax.dynamic_update_slice(cache, key.astype(cache.dtype), start)
         value = jax.lax.dynamic_update_slice(
             self.cached_value.value, value.astype(cache.dtype), start
         )
+        if past is not None:  # traced: a step past the end yields NaN, not stale values
+            value = jnp.where(past, jnp.full_like(value, jnp.nan), value)
         self.cached_key.value = key
         self.cached_value.value = value
         self.cache_index.value = index + 1
