@@ -154,7 +154,7 @@ def dot_product_attention_weights(
     return weights * (keep_mask.astype(dtype) / jnp.asarray(keep_prob, dtype))
 
 
-def _fused(query: Any, key: Any, value: Any, bias: Any, mask: Any, is_causal: bool) -> Any:
+def _fused(query: Any, key: Any, value: Any, bias: Any, mask: Any, *, is_causal: bool) -> Any:
     """``jax.nn.dot_product_attention``, with several batch axes folded into one."""
     batch = query.shape[:-3]
     if mask is not None:
@@ -234,7 +234,7 @@ def dot_product_attention(
     _check_broadcast(name, "bias", bias, target)
     _check_broadcast(name, "mask", mask, target)
     if dropout_rate == 0.0 and module is None and value.shape[-1] == query.shape[-1]:
-        return _fused(query, key, value, bias, mask, is_causal)
+        return _fused(query, key, value, bias, mask, is_causal=is_causal)
     weights = dot_product_attention_weights(
         query,
         key,
