@@ -76,6 +76,21 @@ def test_linear_general_matches_flax(
     x = _x(shape)
     assert_close(ours(x), theirs(x))
 
+
+@pytest.mark.parametrize(
+    ("in_features", "out_features", "options", "shape"), LG_CASES[-4::2] + [LG_CASES[-1]]
+)
+def test_linear_general_gradients_match_flax(
+    in_features, out_features, options, shape, copy_params, assert_close
+):
+    zeros = dict(kernel_init=initializers.zeros)
+    ours = LinearGeneral(in_features, out_features, **options, **zeros, rngs=nnx.Rngs(0))
+    theirs = fnnx.LinearGeneral(
+        in_features, out_features, **options, kernel_init=fnnx.initializers.zeros, rngs=fnnx.Rngs(0)
+    )
+    copy_params(ours, theirs, ["kernel", "bias"])
+    x = _x(shape)
+
     def loss(model, x):
         return (model(x) ** 2).sum()
 
