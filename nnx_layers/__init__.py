@@ -35,6 +35,30 @@ from .activations import softplus as softplus
 from .activations import swish as swish
 from .activations import tanh as tanh
 
+# isort: split
+# Issue 11: attention, the linear family and more activations (one block, kept together).
+from ._attention import MultiHeadAttention as MultiHeadAttention
+from ._attention_masks import combine_masks as combine_masks
+from ._attention_masks import make_attention_mask as make_attention_mask
+from ._attention_masks import make_causal_mask as make_causal_mask
+from ._dot_product_attention import dot_product_attention as dot_product_attention
+from ._dot_product_attention import (
+    dot_product_attention_weights as dot_product_attention_weights,
+)
+from ._linear_general import Einsum as Einsum
+from ._linear_general import LinearGeneral as LinearGeneral
+from ._lora import LoRA as LoRA
+from ._lora import LoRALinear as LoRALinear
+from ._lora import LoRAParam as LoRAParam
+from ._prelu import PReLU as PReLU
+from .activations import hard_silu as hard_silu
+from .activations import hard_swish as hard_swish
+from .activations import logsumexp as logsumexp
+from .activations import normalize as normalize
+from .activations import one_hot as one_hot
+from .activations import standardize as standardize
+from .initializers import Initializer as Initializer
+
 __all__ = [
     "Linear",
     "Embed",
@@ -61,4 +85,23 @@ __all__ = [
     "softplus",
     "initializers",
     "activations",
+    "MultiHeadAttention",
+    "dot_product_attention",
+    "dot_product_attention_weights",
+    "make_attention_mask",
+    "make_causal_mask",
+    "combine_masks",
+    "LinearGeneral",
+    "Einsum",
+    "PReLU",
+    "LoRA",
+    "LoRALinear",
+    "LoRAParam",
+    "hard_silu",
+    "hard_swish",
+    "logsumexp",
+    "one_hot",
+    "standardize",
+    "normalize",
+    "Initializer",
 ]

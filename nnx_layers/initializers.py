@@ -26,7 +26,7 @@ import dataclasses
 import difflib
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -66,8 +66,29 @@ __all__ = [
     "names",
 ]
 
-#: Anything called as ``init(key, shape, dtype)`` and returning an array.
-Initializer = Callable[..., jax.Array]
+
+@runtime_checkable
+class Initializer(Protocol):
+    """The type of an initializer: anything called as ``init(key, shape, dtype)`` -> array.
+
+    Use it to annotate ``*_init`` arguments. Every initializer in this module satisfies it, and
+    so does any plain function with that call signature (e.g. ``jax.nn.initializers.ones``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from nnx_layers import Initializer, initializers
+        >>> def halves(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
+        ...     return jnp.full(shape, 0.5, dtype)
+        >>> isinstance(halves, Initializer), isinstance(initializers.zeros, Initializer)
+        (True, True)
+        >>> halves(jax.random.key(0), (2,))
+        Array([0.5, 0.5], dtype=float32)
+    """
+
+    def __call__(self, key: jax.Array, shape: Any, dtype: Any = ..., /) -> jax.Array:
+        """Return an array of ``shape`` and ``dtype`` drawn with ``key``."""
+        ...
+
 
 _MODES = ("fan_in", "fan_out", "fan_avg", "fan_geo_avg")
 _DISTRIBUTIONS = ("truncated_normal", "normal", "uniform")

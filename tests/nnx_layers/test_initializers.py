@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import nnx_layers
 from nnx_layers import initializers as init
 
 KEY = jax.random.key(42)
@@ -158,3 +159,11 @@ def test_one_dimensional_shapes_are_rejected_where_fans_are_needed():
         init.lecun_normal()(KEY, (5,))
     with pytest.raises(ValueError, match=r"orthogonal initializer needs a shape with at least 2"):
         init.orthogonal()(KEY, (5,))
+
+
+def test_initializer_is_the_protocol_every_initializer_satisfies():
+    assert nnx_layers.Initializer is init.Initializer
+    for name in init.names():
+        assert isinstance(init.get(name), init.Initializer), name
+    assert isinstance(jax.nn.initializers.lecun_normal(), init.Initializer)
+    assert not isinstance(3, init.Initializer)

@@ -31,6 +31,18 @@ ARGUMENTS = {
         "gate_activation": "acme.Swish",
         "kernel_init": "he_normal",
     },
+    # issue 11: attention, the linear family
+    "MultiHeadAttention": {"num_heads": 2, "in_features": 4, "decode": False},
+    "LinearGeneral": {"in_features": [2, 3], "out_features": 4, "axis": [-2, -1]},
+    "Einsum": {"einsum_str": "btd,dh->bth", "kernel_shape": [3, 4], "bias_shape": [4]},
+    "PReLU": {"negative_slope_init": {"type": "constant", "value": 0.25}},
+    "LoRA": {
+        "in_features": 3,
+        "lora_rank": 2,
+        "out_features": 4,
+        "base_module": {"type": "Linear", "in_features": 3, "out_features": 4},
+    },
+    "LoRALinear": {"in_features": 3, "out_features": 4, "lora_rank": 2},
 }
 
 NESTED = {

@@ -96,7 +96,7 @@ def test_every_problem_at_once_with_locations_and_suggestions(nnx_registry, tmp_
         load_config(path)
     lines = [f"{p.line}:{p.column} {format_path(p.path)}: {p.message}" for p in info.value.problems]
     expected = [
-        r"4:14 model\.layers\[0\]\.type: Unknown layer 'Lienar'\. Did you mean 'Linear'\?",
+        r"4:14 model\.layers\[0\]\.type: Unknown layer 'Lienar'\. Did you mean 'Linear'( or '\w+')*\?",
         r"5:36 model\.layers\[1\]\.out_feature: unknown key 'out_feature' for Conv\. Did you mean 'out_features'\?",
         r"6:39 model\.layers\[2\]\.num_features: Input should be a valid integer.*got str 'sixteen'",
         r"7:68 model\.layers\[3\]\.kernel_init: unknown initializer 'nromal'\. Did you mean 'normal'\?",
