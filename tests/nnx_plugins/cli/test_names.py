@@ -58,4 +58,6 @@ def test_collisions_and_disabled_packs_show_in_the_status(capsys, with_fakes):
 def test_what_this_process_loaded_shows_as_loaded(capsys, nnx_registry):
     nnx_registry.get("layer", "Linear")
     _, out, _ = run(capsys, "layers", "list", "Linear")
-    assert rows(out) == [["Linear", "nnx-jax 0.1.0", "nnx_layers:Linear", "loaded"]]
+    found = {row[0]: row for row in rows(out)}
+    assert found["Linear"] == ["Linear", "nnx-jax 0.1.0", "nnx_layers:Linear", "loaded"]
+    assert {row[3] for name, row in found.items() if name != "Linear"} <= {"available"}
