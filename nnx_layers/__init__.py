@@ -33,6 +33,25 @@ from .activations import softplus as softplus
 from .activations import swish as swish
 from .activations import tanh as tanh
 
+# isort: split
+# Recurrence, pooling, group/instance/weight/spectral norms and Reshape (issue 11).
+from ._cells import GRUCell as GRUCell
+from ._cells import LSTMCell as LSTMCell
+from ._cells import OptimizedLSTMCell as OptimizedLSTMCell
+from ._cells import RNNCellBase as RNNCellBase
+from ._cells import SimpleCell as SimpleCell
+from ._group_norm import GroupNorm as GroupNorm
+from ._group_norm import InstanceNorm as InstanceNorm
+from ._pooling import avg_pool as avg_pool
+from ._pooling import max_pool as max_pool
+from ._pooling import min_pool as min_pool
+from ._pooling import pool as pool
+from ._reshape import Reshape as Reshape
+from ._rnn import RNN as RNN
+from ._rnn import Bidirectional as Bidirectional
+from ._weight_norms import SpectralNorm as SpectralNorm
+from ._weight_norms import WeightNorm as WeightNorm
+
 __all__ = [
     "Linear",
     "Embed",
@@ -57,4 +76,20 @@ __all__ = [
     "softplus",
     "initializers",
     "activations",
+    "RNNCellBase",
+    "LSTMCell",
+    "OptimizedLSTMCell",
+    "GRUCell",
+    "SimpleCell",
+    "RNN",
+    "Bidirectional",
+    "pool",
+    "avg_pool",
+    "max_pool",
+    "min_pool",
+    "GroupNorm",
+    "InstanceNorm",
+    "WeightNorm",
+    "SpectralNorm",
+    "Reshape",
 ]
