@@ -95,14 +95,15 @@ class RNNCellBase(Module):
             )
         init = carry_init if carry_init is not None else self.carry_init
         stream = rngs["carry"] if isinstance(rngs, Rngs) else rngs
-        if stream is None and not isinstance(init, _KEYLESS):
+        keyless = isinstance(init, _KEYLESS)  # draws no key, so the stream does not advance
+        if stream is None and not keyless:
             raise ValueError(
                 f"{name}.initialize_carry needs rngs for carry_init={init!r}. Pass rngs="
                 f"Rngs(carry=0) here, or to the RNN that runs the cell."
             )
         carry_shape = shape[:-1] + (self.hidden_features,)
         parts = tuple(
-            init(None if stream is None else stream(), carry_shape, self.param_dtype)
+            init(None if keyless else stream(), carry_shape, self.param_dtype)
             for _ in range(self.carry_count)
         )
         return parts if self.carry_count > 1 else parts[0]

@@ -85,7 +85,8 @@ class GroupNorm(Module):
         num_features: number of channels (the size of the last axis).
         num_groups: number of groups; pass ``None`` to give ``group_size`` instead.
         group_size: channels per group (``num_features // num_groups`` when omitted). If both
-            are given they must agree.
+            are given they must agree. Both are stored as given; ``group_layout`` holds the
+            resolved ``(num_groups, group_size)``.
         epsilon: added to the variance before the square root.
         dtype: output dtype; ``None`` promotes the input and the parameters together.
         param_dtype: dtype of ``scale`` and ``bias``.
@@ -113,7 +114,7 @@ class GroupNorm(Module):
         >>> from nnx_core import Rngs
         >>> from nnx_layers import GroupNorm
         >>> gn = GroupNorm(4, num_groups=2, rngs=Rngs(0))
-        >>> gn.num_groups, gn.group_size
+        >>> gn.group_layout  # (num_groups, group_size)
         (2, 2)
         >>> gn(jnp.array([[[0.0, 2.0, 5.0, 5.0], [2.0, 0.0, 7.0, 7.0]]])).round(3)
         Array([[[-1.,  1., -1., -1.],
@@ -142,7 +143,9 @@ class GroupNorm(Module):
         scale_metadata: Mapping[str, Any] = _EMPTY,
     ):
         self.num_features = check_positive_int("GroupNorm", "num_features", num_features)
-        self.num_groups, self.group_size = _group_layout(num_features, num_groups, group_size)
+        _group_layout(num_features, num_groups, group_size)  # raises for a bad layout
+        self.num_groups = num_groups
+        self.group_size = group_size
         self.epsilon = check_epsilon("GroupNorm", epsilon)
         self.dtype = dtype
         self.param_dtype = param_dtype
@@ -160,6 +163,11 @@ class GroupNorm(Module):
             self, rngs, (num_features,), use_bias=use_bias, use_scale=use_scale
         )
 
+    @property
+    def group_layout(self) -> tuple[int, int]:
+        """``(num_groups, group_size)`` resolved from whichever of the two was given."""
+        return _group_layout(self.num_features, self.num_groups, self.group_size)
+
     def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
         """Normalize ``x`` (channels last); ``mask`` excludes entries from the statistics."""
         x = as_input("GroupNorm", x)
@@ -170,7 +178,7 @@ class GroupNorm(Module):
             (x, param_value(self.scale), param_value(self.bias)), dtype=self.dtype
         )
         # Work on (..., num_groups, group_size): the channels of a group are one more axis.
-        group_shape = x.shape[:-1] + (self.num_groups, self.group_size)
+        group_shape = x.shape[:-1] + self.group_layout
         grouped = x.reshape(group_shape)
         if mask is not None:
             mask = jnp.broadcast_to(mask, x.shape).reshape(group_shape)

@@ -1,8 +1,8 @@
 """Running a recurrent cell over a sequence: `RNN` and `Bidirectional`.
 
-`RNN` scans its cell over the time axis with the lifted `nnx_core.scan`: the cell's state is
-carried from step to step (so a cell may update its own Variables), and the scan compiles one
-step however long the sequence is.
+`RNN` scans its cell over the time axis with ``jax.lax.scan`` on the cell's split state: the
+Params are loop constants, any other Variable of the cell is carried from step to step (so a
+cell may update its own state), and the loop compiles one step however long the sequence is.
 """
 
 from collections.abc import Callable
@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from nnx_core import Carry, Module, Rngs, RngStream, scan
+from nnx_core import Module, Param, Rngs, RngStream, State, merge, split, update
 
 from ._cells import RNNCellBase
 
@@ -47,6 +47,32 @@ def _flip(x: jax.Array, seq_lengths: jax.Array | None, time_axis: int) -> jax.Ar
     index = (order + lengths) % steps
     index = index.reshape(index.shape + (1,) * (x.ndim - index.ndim))
     return jnp.take_along_axis(x, index, axis=time_axis)
+
+
+def _scan_cell(
+    cell: RNNCellBase, carry: Any, steps: jax.Array, unroll: int, keep_carries: bool
+) -> tuple[Any, Any]:
+    """``jax.lax.scan`` of ``cell`` over the leading axis of ``steps``.
+
+    The cell's Params are constants of the loop; its other Variables (e.g. Rng counts) are
+    carried from step to step and written back to the cell at the end. So a cell that only
+    reads its parameters leaves the model untouched, and no parameter leaves a jitted step.
+    """
+    graphdef, params, others = split(cell, Param, ...)
+
+    def step(loop: tuple[State, Any], x: jax.Array) -> tuple[tuple[State, Any], Any]:
+        variables, carry = loop
+        stepped = merge(graphdef, params, variables)
+        new_carry, y = stepped(carry, x)
+        # The carry keeps its dtype (e.g. param_dtype) whatever the step computes in.
+        new_carry = jax.tree.map(lambda new, old: new.astype(old.dtype), new_carry, carry)
+        _, _, variables = split(stepped, Param, ...)
+        return (variables, new_carry), ((new_carry, y) if keep_carries else y)
+
+    (others, carry), stacked = jax.lax.scan(step, (others, carry), steps, unroll=unroll)
+    if others:
+        update(cell, others)
+    return carry, stacked
 
 
 def _last_valid(carries: Any, seq_lengths: jax.Array) -> Any:
@@ -167,17 +193,9 @@ class RNN(Module):
     ) -> tuple[Any, Any]:
         """Scan the cell over ``time_axis``; outputs are stacked back on ``time_axis``."""
         keep_carries = seq_lengths is not None and return_carry
-
-        def step(cell: RNNCellBase, carry: Any, x: jax.Array) -> tuple[Any, Any]:
-            new_carry, y = cell(carry, x)
-            # The carry keeps its dtype (e.g. param_dtype) whatever the step computes in.
-            new_carry = jax.tree.map(lambda new, old: new.astype(old.dtype), new_carry, carry)
-            return new_carry, ((new_carry, y) if keep_carries else y)
-
-        scanned = scan(
-            step, in_axes=(None, Carry, time_axis), out_axes=(Carry, 0), unroll=self.unroll
+        carry, stacked = _scan_cell(
+            self.cell, carry, jnp.moveaxis(inputs, time_axis, 0), self.unroll, keep_carries
         )
-        carry, stacked = scanned(self.cell, carry, inputs)
         if keep_carries:
             carries, stacked = stacked
             carry = _last_valid(carries, seq_lengths)

@@ -1,8 +1,9 @@
 """Wrappers that reparametrize a layer's weights: `WeightNorm` and `SpectralNorm`.
 
-Each call computes normalized weights from the wrapped layer's own Params, runs the layer with
-them, and puts the original values back: the Params stay the free parameters the optimizer
-updates, and the normalization is applied again on every call (gradients flow through it).
+Each call computes normalized weights from the wrapped layer's own Params and runs a copy of
+the layer that uses them (sharing every other Variable). The Params themselves are never
+overwritten: they stay the free parameters the optimizer updates, and the normalization is
+applied again on every call, with gradients flowing through it.
 """
 
 from collections.abc import Sequence
@@ -11,7 +12,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from nnx_core import BatchStat, Module, Param, PathContains, Rngs, format_path, state, to_predicate
+from nnx_core import (
+    BatchStat,
+    Module,
+    Param,
+    PathContains,
+    Rngs,
+    State,
+    format_path,
+    merge,
+    split,
+    state,
+    to_predicate,
+)
 
 from . import initializers
 from ._checks import Dtype, canonical_axes, check_positive_int, frozen
@@ -28,16 +41,15 @@ def _params(layer: Module) -> list[tuple[tuple[Any, ...], Param]]:
     return list(state(layer, Param).flat_state())
 
 
-def _call_with(layer: Module, values: list[tuple[Param, jax.Array]], *args: Any, **kw: Any) -> Any:
-    """Call ``layer`` with each Param set to its new value, then restore the originals."""
-    originals = [(param, param.value) for param, _ in values]
-    try:
-        for param, value in values:
-            param.value = value
-        return layer(*args, **kw)
-    finally:
-        for param, value in originals:
-            param.value = value
+def _call_with(layer: Module, values: dict[Any, jax.Array], *args: Any, **kw: Any) -> Any:
+    """Call a copy of ``layer`` whose Params at the paths in ``values`` hold those values.
+
+    The copy shares every other Variable with ``layer`` (so their updates reach it), while the
+    layer's own Params are never written: the wrapper is a pure function of them.
+    """
+    graphdef, variables = split(layer)
+    flat = [(path, values.get(path, leaf)) for path, leaf in variables.flat_state()]
+    return merge(graphdef, State.from_flat_state(flat))(*args, **kw)
 
 
 def _l2_normalize(x: jax.Array, axes: tuple[int, ...] | None, epsilon: float) -> jax.Array:
@@ -157,7 +169,7 @@ class WeightNorm(Module):
 
     def __call__(self, x: jax.Array, *args: Any, **kwargs: Any) -> Any:
         """Call ``layer_instance(x, *args, **kwargs)`` with its selected weights normalized."""
-        values = [(param, self._normalized(path, param)) for path, param in self._selected()]
+        values = {path: self._normalized(path, param) for path, param in self._selected()}
         return _call_with(self.layer_instance, values, x, *args, **kwargs)
 
 
