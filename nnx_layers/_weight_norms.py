@@ -291,9 +291,9 @@ class SpectralNorm(Module):
         """
         if update_stats is None:
             update_stats = not self.use_running_average
-        values = [
-            (param, self._normalized(path, param, update_stats)) for path, param in self._selected()
-        ]
+        values = {
+            path: self._normalized(path, param, update_stats) for path, param in self._selected()
+        }
         return _call_with(self.layer_instance, values, x)
 
 
