@@ -7,6 +7,7 @@ applied again on every call, with gradients flowing through it.
 """
 
 from collections.abc import Sequence
+from numbers import Integral
 from typing import Any
 
 import jax
@@ -27,7 +28,7 @@ from nnx_core import (
 )
 
 from . import initializers
-from ._checks import Dtype, canonical_axes, check_positive_int, frozen
+from ._checks import Dtype, canonical_axes, frozen
 from ._norm_stats import check_epsilon
 from .initializers import Initializer
 
@@ -298,6 +299,9 @@ class SpectralNorm(Module):
 
 
 def _check_steps(n_steps: Any) -> int:
-    if n_steps == 0 and not isinstance(n_steps, bool):
-        return 0
-    return check_positive_int("SpectralNorm", "n_steps", n_steps)
+    if isinstance(n_steps, bool) or not isinstance(n_steps, Integral) or n_steps < 0:
+        raise ValueError(
+            f"SpectralNorm n_steps must be a non-negative integer (0 turns the normalization "
+            f"off), got {n_steps!r}. Pass e.g. n_steps=1."
+        )
+    return int(n_steps)

@@ -33,7 +33,7 @@ def sync_params(ours, theirs, seed=0):
         else:
             new = rng.standard_normal(value.shape) * 0.5
         variable.value = jnp.asarray(new, value.dtype)
-        other[path][...] = variable.value
+        other[path].set_value(variable.value)
 
 
 def assert_same_init(ours, theirs):
@@ -54,15 +54,22 @@ def _weighted_sum(outputs):
     return total
 
 
-def check_grads(ours, theirs, call, x, assert_close, scale=1.0):
-    """Gradients of a weighted sum of ``call(module, x)`` w.r.t. the Params and ``x`` agree."""
+def check_grads(ours, theirs, call, x, assert_close, scale=1.0, ours_only=()):
+    """Gradients of a weighted sum of ``call(module, x)`` w.r.t. the Params and ``x`` agree.
+
+    ``ours_only`` names path prefixes of Params only our layer has (returned, not compared);
+    the gradients are returned as ``{path: array}``.
+    """
     ours_grads, ours_dx = nnx.grad(lambda m, x: _weighted_sum(call(m, x)), argnums=(0, 1))(ours, x)
     theirs_grads, theirs_dx = fnnx.grad(lambda m, x: _weighted_sum(call(m, x)), argnums=(0, 1))(
         theirs, x
     )
     other = {tuple(p): v[...] for p, v in fnnx.to_flat_state(theirs_grads)}
     mine = {p: v.value for p, v in ours_grads.flat_state()}
-    assert sorted(mine, key=str) == sorted(other, key=str)
-    for path, grad in mine.items():
+    prefix = tuple(ours_only)
+    shared = {p: g for p, g in mine.items() if not prefix or p[: len(prefix)] != prefix}
+    assert sorted(shared, key=str) == sorted(other, key=str)
+    for path, grad in shared.items():
         assert_close(grad, other[path], scale)
     assert_close(ours_dx, theirs_dx, scale)
+    return mine
