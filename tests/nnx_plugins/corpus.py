@@ -31,6 +31,39 @@ ARGUMENTS = {
         "gate_activation": "acme.Swish",
         "kernel_init": "he_normal",
     },
+    # Recurrence, more normalization and Reshape (issue 11).
+    "LSTMCell": {"in_features": 3, "hidden_features": 4, "carry_init": "ones"},
+    "OptimizedLSTMCell": {"in_features": 3, "hidden_features": 4, "gate_fn": "relu"},
+    "GRUCell": {"in_features": 3, "hidden_features": 4, "param_dtype": "bfloat16"},
+    "SimpleCell": {"in_features": 3, "hidden_features": 4, "residual": True},
+    "RNN": {
+        "cell": {"type": "GRUCell", "in_features": 3, "hidden_features": 4},
+        "reverse": True,
+        "keep_order": True,
+    },
+    "Bidirectional": {
+        "forward_rnn": {
+            "type": "RNN",
+            "cell": {"type": "LSTMCell", "in_features": 3, "hidden_features": 2},
+        },
+        "backward_rnn": {
+            "type": "RNN",
+            "cell": {"type": "GRUCell", "in_features": 3, "hidden_features": 2},
+        },
+        "time_major": True,
+    },
+    "GroupNorm": {"num_features": 8, "num_groups": None, "group_size": 2},
+    "InstanceNorm": {"num_features": 4, "feature_axes": [1, 2]},
+    "WeightNorm": {
+        "layer_instance": {"type": "Linear", "in_features": 3, "out_features": 4},
+        "feature_axes": None,
+    },
+    "SpectralNorm": {
+        "layer_instance": {"type": "Conv", "in_features": 1, "out_features": 2, "kernel_size": [3]},
+        "n_steps": 2,
+        "update_stats": False,
+    },
+    "Reshape": {"shape": [4, -1]},
 }
 
 NESTED = {
