@@ -60,10 +60,13 @@ def check_grads(ours, theirs, call, x, assert_close, scale=1.0, ours_only=()):
     ``ours_only`` names path prefixes of Params only our layer has (returned, not compared);
     the gradients are returned as ``{path: array}``.
     """
-    ours_grads, ours_dx = nnx.grad(lambda m, x: _weighted_sum(call(m, x)), argnums=(0, 1))(ours, x)
-    theirs_grads, theirs_dx = fnnx.grad(lambda m, x: _weighted_sum(call(m, x)), argnums=(0, 1))(
-        theirs, x
-    )
+
+    def loss(module, x):
+        return _weighted_sum(call(module, x))
+
+    # Jitted: one compilation per side instead of one per primitive (much faster on CPU).
+    ours_grads, ours_dx = nnx.jit(nnx.grad(loss, argnums=(0, 1)))(ours, x)
+    theirs_grads, theirs_dx = fnnx.jit(fnnx.grad(loss, argnums=(0, 1)))(theirs, x)
     other = {tuple(p): v[...] for p, v in fnnx.to_flat_state(theirs_grads)}
     mine = {p: v.value for p, v in ours_grads.flat_state()}
     prefix = tuple(ours_only)

@@ -50,10 +50,12 @@ def test_values_and_gradients_match_flax(
     y = ours(x, window, strides, padding, **options)
     assert_close(y, theirs(x, window, flax_strides, flax_padding, **options))
     weights = jnp.cos(jnp.arange(y.size, dtype=jnp.float32)).reshape(y.shape)
-    grad = jax.grad(lambda x: jnp.sum(ours(x, window, strides, padding, **options) * weights))(x)
-    expected = jax.grad(
-        lambda x: jnp.sum(theirs(x, window, flax_strides, flax_padding, **options) * weights)
-    )(x)
+
+    def gradient(fn, *args):
+        return jax.jit(jax.grad(lambda x: jnp.sum(fn(x, window, *args, **options) * weights)))(x)
+
+    grad = gradient(ours, strides, padding)
+    expected = gradient(theirs, flax_strides, flax_padding)
     assert_close(grad, expected)
 
 

@@ -55,25 +55,31 @@ def test_signature_matches_flax():
         assert list(call) == list(flax_call)
 
 
-# (layer options, call options, input shape); seq_lengths=True means a ragged batch.
+# (layer options, call options, input shape, compare gradients too); seq_lengths=True means a
+# ragged batch. Gradients are compared where they take a new path (compiling them is slow).
 RNN_CASES = [
-    ({}, {}, (2, 5, 3)),
-    ({"time_major": True}, {}, (5, 2, 3)),
-    ({"reverse": True}, {}, (2, 5, 3)),
-    ({"reverse": True, "keep_order": True}, {}, (2, 5, 3)),
-    ({"return_carry": True, "unroll": 2}, {}, (2, 5, 3)),
-    ({}, {"return_carry": True}, (5, 3)),  # no batch axis
-    ({}, {}, (2, 2, 5, 3)),  # two batch axes
-    ({"return_carry": True}, {"seq_lengths": True}, (3, 5, 3)),
-    ({"reverse": True}, {"seq_lengths": True, "return_carry": True}, (3, 5, 3)),
-    ({"reverse": True, "keep_order": True}, {"seq_lengths": True}, (3, 5, 3)),
-    ({"time_major": True, "reverse": True}, {"seq_lengths": True, "return_carry": True}, (5, 3, 3)),
+    ({}, {}, (2, 5, 3), True),
+    ({"time_major": True}, {}, (5, 2, 3), True),
+    ({"reverse": True}, {}, (2, 5, 3), False),
+    ({"reverse": True, "keep_order": True}, {}, (2, 5, 3), True),
+    ({"return_carry": True, "unroll": 2}, {}, (2, 5, 3), False),
+    ({}, {"return_carry": True}, (5, 3), True),  # no batch axis
+    ({}, {}, (2, 2, 5, 3), False),  # two batch axes
+    ({"return_carry": True}, {"seq_lengths": True}, (3, 5, 3), False),
+    ({"reverse": True}, {"seq_lengths": True, "return_carry": True}, (3, 5, 3), True),
+    ({"reverse": True, "keep_order": True}, {"seq_lengths": True}, (3, 5, 3), False),
+    (
+        {"time_major": True, "reverse": True},
+        {"seq_lengths": True, "return_carry": True},
+        (5, 3, 3),
+        True,
+    ),
 ]
 LENGTHS = jnp.array([5, 1, 3])
 
 
-@pytest.mark.parametrize(("options", "call_options", "shape"), RNN_CASES)
-def test_rnn_matches_flax(options, call_options, shape, assert_close):
+@pytest.mark.parametrize(("options", "call_options", "shape", "gradients"), RNN_CASES)
+def test_rnn_matches_flax(options, call_options, shape, gradients, assert_close):
     cells = _cells()
     ours, theirs = RNN(cells[0], **options), fnnx.RNN(cells[1], **options)
     call_options = dict(call_options)
@@ -81,7 +87,8 @@ def test_rnn_matches_flax(options, call_options, shape, assert_close):
         call_options["seq_lengths"] = LENGTHS
     x = _x(shape)
     jax.tree.map(assert_close, ours(x, **call_options), theirs(x, **call_options))
-    check_grads(ours, theirs, lambda m, x: m(x, **call_options), x, assert_close, scale=10)
+    if gradients:
+        check_grads(ours, theirs, lambda m, x: m(x, **call_options), x, assert_close, scale=10)
 
 
 @pytest.mark.parametrize("name", ["GRUCell", "OptimizedLSTMCell", "SimpleCell"])
@@ -206,14 +213,14 @@ def test_rnn_trains_under_nnx_jit_and_grad():
 # --- Bidirectional ---------------------------------------------------------------------------
 
 BIDIRECTIONAL_CASES = [
-    ({}, {}, (2, 5, 3)),
-    ({"return_carry": True}, {"seq_lengths": True}, (3, 5, 3)),
-    ({"time_major": True}, {"return_carry": True}, (5, 2, 3)),
+    ({}, {}, (2, 5, 3), False),
+    ({"return_carry": True}, {"seq_lengths": True}, (3, 5, 3), True),
+    ({"time_major": True}, {"return_carry": True}, (5, 2, 3), False),
 ]
 
 
-@pytest.mark.parametrize(("options", "call_options", "shape"), BIDIRECTIONAL_CASES)
-def test_bidirectional_matches_flax(options, call_options, shape, assert_close):
+@pytest.mark.parametrize(("options", "call_options", "shape", "gradients"), BIDIRECTIONAL_CASES)
+def test_bidirectional_matches_flax(options, call_options, shape, gradients, assert_close):
     forward, backward = _cells("GRUCell"), _cells("GRUCell")
     sync_params(backward[0], backward[1], seed=1)
     ours = Bidirectional(RNN(forward[0]), RNN(backward[0]), **options)
@@ -223,7 +230,8 @@ def test_bidirectional_matches_flax(options, call_options, shape, assert_close):
         call_options["seq_lengths"] = LENGTHS
     x = _x(shape)
     jax.tree.map(assert_close, ours(x, **call_options), theirs(x, **call_options))
-    check_grads(ours, theirs, lambda m, x: m(x, **call_options), x, assert_close, scale=10)
+    if gradients:
+        check_grads(ours, theirs, lambda m, x: m(x, **call_options), x, assert_close, scale=10)
 
 
 def test_bidirectional_merge_fn_and_initial_carry(assert_close):
