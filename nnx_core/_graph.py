@@ -393,7 +393,7 @@ class Plan:
     def write_leaf(self, i: int, value: Any) -> None:
         leaf = self.leaves[i]
         if isinstance(leaf, Variable):
-            leaf.value = value
+            leaf.set_raw_value(value)
         else:
             owner, impl, key = self.owners[i]
             write_child(owner, impl, key, value)
@@ -512,7 +512,7 @@ class _Unflattener:
             value = self.next_leaf()
             old = self.reuse.get(i)
             if old is not None and type(old) is cls:
-                old.value = value
+                old.set_raw_value(value)
                 if old.meta_key() != meta_key:
                     old.set_metadata(**dict(meta_key))
                 v = old
