@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from types import GenericAlias
 from typing import Any
 
 import jax
@@ -227,6 +228,9 @@ class GraphDef:
     """
 
     __slots__ = ("spec", "paths", "_hash")
+
+    def __class_getitem__(cls, item: Any) -> GenericAlias:  # GraphDef[Model] in annotations
+        return GenericAlias(cls, item)
 
     def __init__(self, spec: tuple[Any, ...], paths: tuple[Path, ...]):
         self.spec = spec
