@@ -19,6 +19,9 @@ from ._filters import WithTag as WithTag
 from ._filters import to_predicate as to_predicate
 from ._graph import GraphDef as GraphDef
 from ._graph import register_node_type as register_node_type
+from ._logical import logical_axis_rules as logical_axis_rules
+from ._logical import with_logical_constraint as with_logical_constraint
+from ._logical import with_partitioning as with_partitioning
 from ._module import Module as Module
 from ._optimizer import Optimizer as Optimizer
 from ._optimizer import OptState as OptState
