@@ -1,5 +1,6 @@
 """nnx_core: Modules, Variables, the graph/state API, filters, Rngs and lifted transforms."""
 
+from . import metrics as metrics
 from ._api import clone as clone
 from ._api import graphdef as graphdef
 from ._api import iter_graph as iter_graph
@@ -22,9 +23,12 @@ from ._graph import register_node_type as register_node_type
 from ._logical import logical_axis_rules as logical_axis_rules
 from ._logical import with_logical_constraint as with_logical_constraint
 from ._logical import with_partitioning as with_partitioning
+from ._module import M as M
 from ._module import Module as Module
 from ._optimizer import Optimizer as Optimizer
 from ._optimizer import OptState as OptState
+from ._pytree import Dict as Dict
+from ._pytree import List as List
 from ._pytree import Object as Object
 from ._pytree import PathKey as PathKey
 from ._pytree import Pytree as Pytree
@@ -38,7 +42,9 @@ from ._sharding import get_partition_spec as get_partition_spec
 from ._sharding import shard as shard
 from ._state import State as State
 from ._state import format_path as format_path
+from ._tabulate import tabulate as tabulate
 from ._tracing import TraceContextError as TraceContextError
+from ._train_state import TrainState as TrainState
 from ._transforms._autodiff import grad as grad
 from ._transforms._autodiff import remat as remat
 from ._transforms._autodiff import value_and_grad as value_and_grad
@@ -63,24 +69,36 @@ from ._variables import register_variable_type as register_variable_type
 from ._variables import registered_variable_types as registered_variable_types
 from ._variables import variable_name as variable_name
 from ._variables import variable_type as variable_type
+from .metrics import Metric as Metric
+from .metrics import MultiMetric as MultiMetric
 
 __all__ = [
+    "A",
     "All",
     "Any",
     "BatchStat",
     "Cache",
     "Carry",
+    "Dict",
     "Everything",
     "GraphDef",
     "Intermediate",
+    "List",
+    "M",
+    "Metric",
     "Module",
+    "MultiMetric",
     "Not",
     "Nothing",
+    "Object",
     "OfType",
     "OptState",
     "Optimizer",
     "Param",
     "PathContains",
+    "PathKey",
+    "Perturbation",
+    "Pytree",
     "RngCount",
     "RngKey",
     "RngStream",
@@ -88,7 +106,10 @@ __all__ = [
     "State",
     "StateAxes",
     "TraceContextError",
+    "TrainState",
     "Variable",
+    "VariableMetadata",
+    "WithTag",
     "clone",
     "cond",
     "create_sharded",
@@ -101,7 +122,9 @@ __all__ = [
     "graphdef",
     "iter_graph",
     "jit",
+    "logical_axis_rules",
     "merge",
+    "metrics",
     "pop",
     "register_node_type",
     "register_variable_type",
@@ -111,10 +134,14 @@ __all__ = [
     "shard",
     "split",
     "state",
+    "tabulate",
     "to_predicate",
     "update",
     "value_and_grad",
     "variable_name",
     "variable_type",
     "vmap",
+    "with_logical_constraint",
+    "with_metadata",
+    "with_partitioning",
 ]

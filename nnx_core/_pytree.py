@@ -33,6 +33,11 @@ from ._tracing import TraceContextError, current_trace
 from ._values import _describe
 from ._variables import Variable, has_tracer
 
+# flax.nnx wraps lists and dicts of layers (nnx.List, nnx.Dict); here plain containers are already
+# traversed, so the names are the plain types, for code written for flax.nnx.
+List = list
+Dict = dict
+
 _MISSING = object()
 HIDDEN = frozenset({TRACE_ATTR, PLAN_ATTR})  # bookkeeping in __dict__, not attributes
 
