@@ -26,8 +26,8 @@ from ._graph import (
     is_array,
     plan_for,
     register_internal,
-    unflatten,
 )
+from ._graph import _Unflattener as GraphUnflattener
 from ._state import format_path
 from ._tracing import TraceContextError, current_trace
 from ._values import _describe
@@ -202,8 +202,24 @@ def _flatten_with_keys(node: Pytree) -> tuple[list[tuple[PathKey, Any]], GraphDe
     return list(zip(_leaf_keys(plan.graphdef), plan.current_leaves())), plan.graphdef
 
 
+class _Unflattener(GraphUnflattener):
+    """Rebuilds a Pytree from JAX's children: a Variable child is used as it is (JAX rebuilt it
+    from the mapped leaf); any other child stands where the Variable was, as in flax.nnx (e.g.
+    ``jax.tree.map(lambda v: v.shape, model, is_leaf=...)`` puts shapes in the new Module)."""
+
+    __slots__ = ()
+
+    def build(self, spec: tuple[Any, ...]) -> Any:
+        if spec[0] == "var" and not isinstance(self.leaves[self.pos], Variable):
+            leaf = self.leaves[self.pos]
+            self.pos += 1
+            self.objs[spec[3]] = leaf
+            return leaf
+        return super().build(spec)
+
+
 def _unflatten(graphdef: GraphDef, children: Any) -> Any:
-    return unflatten(graphdef, list(children), keep_variables=True)
+    return _Unflattener(list(children), None, True).build(graphdef.spec)
 
 
 # -- graph node registration -------------------------------------------------------------------

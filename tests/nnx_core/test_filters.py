@@ -20,7 +20,7 @@ class Model(nnx.Module):
         self.stat = nnx.BatchStat(np.zeros(2, np.float32))
         self.cache = nnx.Cache(np.zeros(1, np.float32))
         self.raw = np.arange(3)
-        self.sub = {"k": Kind(np.ones(1, np.float32)), "n": nnx.Variable(np.zeros(1))}
+        self.sub = {"k": Kind(np.ones(1, np.float32)), "n": nnx.Variable(np.zeros(1), tag="t")}
         self.layers = [nnx.Param(np.ones(1, np.float32))]
 
 
@@ -62,6 +62,12 @@ def paths(state):
         (nnx.Not(nnx.Any(nnx.Param, ...)), []),
         (nnx.Everything, ALL),
         (nnx.Nothing, []),
+        (nnx.Everything(), ALL),
+        (nnx.Nothing(), []),
+        (nnx.PathContains("su", exact=False), ["sub.k", "sub.n"]),
+        (nnx.PathContains("su"), []),
+        (nnx.PathContains(0, exact=False), ["layers[0]"]),
+        (nnx.WithTag("t"), ["sub.n"]),
         (nnx.All(nnx.Variable, nnx.Not(nnx.Param), nnx.Not(nnx.BatchStat), nnx.Not(nnx.Cache)),
          ["sub.n"]),
     ],
@@ -224,3 +230,34 @@ def test_cached_partitions_follow_a_change_of_raw_array_type():
     assert paths(nnx.state(m, np.ndarray)) == ["raw"]
     m.raw = jax.numpy.arange(3)
     assert paths(nnx.state(m, np.ndarray)) == [] and paths(nnx.state(m, jax.Array)) == ["raw"]
+
+
+def test_everything_and_nothing_are_the_same_object_bare_or_called():
+    assert nnx.Everything() is nnx.Everything and nnx.Nothing() is nnx.Nothing
+    assert nnx.Everything((), None) is True and nnx.Nothing(("a",), 1) is False
+    assert nnx.to_predicate(nnx.Everything()) is nnx.Everything
+
+
+@pytest.mark.parametrize("constant", [nnx.Everything, nnx.Nothing])
+def test_constant_filters_take_no_or_two_arguments(constant):
+    with pytest.raises(TypeError, match=rf"{constant!r} is a filter: use it as {constant!r} or "
+                                        rf"{constant!r}\(\).*got 1 argument"):
+        constant(("path",))
+
+
+@pytest.mark.parametrize(
+    "filter_, expected",
+    [
+        (nnx.PathContains("a", exact=False), "PathContains(key='a', exact=False)"),
+        (nnx.WithTag("dropout"), "WithTag(tag='dropout')"),
+        (nnx.Everything(), "Everything"),
+    ],
+)
+def test_new_filter_reprs(filter_, expected):
+    assert repr(filter_) == expected
+
+
+def test_with_tag_selects_rng_streams_by_name():
+    rngs = nnx.Rngs(0, dropout=1)
+    assert paths(nnx.state(rngs, nnx.WithTag("dropout"))) == ["dropout.count", "dropout.key"]
+    assert nnx.WithTag("x")((), np.ones(1)) is False  # raw arrays have no tag
