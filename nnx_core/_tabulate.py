@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import jax
+import numpy as np
 
 from ._api import merge, split
 from ._graph import is_node, iter_nodes
@@ -96,17 +97,36 @@ def tabulate(
             f"tabulate: {type(obj).__name__} has no method {method!r} to call. Pass "
             "method='name_of_the_method'."
         )
-    graphdef, state = split(obj)
-    rows: list[Row] = []
-
-    def run(state: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        model = merge(graphdef, state)
-        with _recording(model, method, rows):
-            getattr(model, method)(*args, **kwargs)
-
-    jax.eval_shape(run, state, input_args, input_kwargs)
+    rows = collect_rows(obj, input_args, input_kwargs, method=method)
     shown = [r for r in rows if depth is None or len(r.path) <= depth]
     return _render(type(obj).__name__, shown, rows[0].stats if rows else {})
+
+
+def collect_rows(
+    obj: Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, method: str
+) -> list[Row]:
+    """The rows of :func:`tabulate`, in call order (a caller before what it calls)."""
+    graphdef, state = split(obj)
+    rows: list[Row] = []
+    # arrays (and ShapeDtypeStructs) are traced; Python values such as deterministic=True stay
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+    traced = [i for i, x in enumerate(leaves) if _is_array_like(x)]
+
+    def run(state: Any, arrays: list[Any]) -> None:
+        model = merge(graphdef, state)
+        values = list(leaves)
+        for i, x in zip(traced, arrays):
+            values[i] = x
+        call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, values)
+        with _recording(model, method, rows):
+            getattr(model, method)(*call_args, **call_kwargs)
+
+    jax.eval_shape(run, state, [leaves[i] for i in traced])
+    return rows
+
+
+def _is_array_like(x: Any) -> bool:
+    return isinstance(x, (jax.Array, np.ndarray, jax.ShapeDtypeStruct))
 
 
 @contextmanager
