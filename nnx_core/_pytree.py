@@ -164,32 +164,21 @@ _KEYS: dict[GraphDef, tuple[PathKey, ...]] = {}
 
 
 def _leaf_keys(graphdef: GraphDef) -> tuple[PathKey, ...]:
+    """One key per leaf, from its path: names read ``.name`` and indices ``[i]``, as flax.nnx
+    writes the paths of Modules, ``nnx.List`` and ``nnx.Dict``."""
     keys = _KEYS.get(graphdef)
     if keys is None:
-        out: list[PathKey] = []
-        _walk(graphdef.spec, (), "", out)
         if len(_KEYS) >= 256:
             _KEYS.clear()
-        keys = _KEYS[graphdef] = tuple(out)
+        keys = _KEYS[graphdef] = tuple(PathKey(p, _path_text(p)) for p in graphdef.paths)
     return keys
 
 
-def _walk(spec: tuple[Any, ...], path: tuple[Any, ...], text: str, out: list[PathKey]) -> None:
-    tag = spec[0]
-    if tag in ("var", "arr"):
-        out.append(PathKey(path, text))
-        return
-    if tag != "node":  # a static value or a second reference to a shared object
-        return
-    owner = spec[1]
-    for key, child in spec[4]:
-        if issubclass(owner, Pytree):
-            part = f".{key}"
-        elif issubclass(owner, (list, tuple)):
-            part = f"[{key}]"
-        else:
-            part = f"[{key!r}]"
-        _walk(child, (*path, key), text + part, out)
+def _path_text(path: tuple[Any, ...]) -> str:
+    return "".join(
+        f".{k}" if isinstance(k, str) else f"[{k}]" if isinstance(k, int) else f"[{k!r}]"
+        for k in path
+    )
 
 
 def _flatten(node: Pytree) -> tuple[list[Any], GraphDef]:

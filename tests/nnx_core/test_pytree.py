@@ -65,6 +65,17 @@ def keystrs(tree):
 
 # -- parity with flax.nnx ------------------------------------------------------------------------
 def test_leaves_count_order_and_key_paths_match_flax():
+    flax_nnx = pytest.importorskip("flax.nnx")
+
+    class FlaxDicts(flax_nnx.Module):
+        def __init__(self):
+            self.d = flax_nnx.Dict({"a": jnp.zeros(2), "b": flax_nnx.Param(jnp.ones(1))})
+
+    class Dicts(nnx.Module):
+        def __init__(self):
+            self.d = {"a": jnp.zeros(2), "b": nnx.Param(jnp.ones(1))}
+
+    assert keystrs(Dicts()) == keystrs(FlaxDicts()) == [".d.a", ".d.b.value"]
     theirs = _flax_model()
     assert keystrs(ours()) == keystrs(theirs)
     assert len(jax.tree.leaves(ours())) == len(jax.tree.leaves(theirs)) == 10
@@ -194,8 +205,8 @@ def test_unflatten_from_any_leaves():
 def test_key_paths():
     model = CORPUS["raw_arrays"]()
     assert keystrs(model) == [
-        ".in_dict['x']", ".in_list[0]", ".in_list[1].value", ".jax_array", ".np_array",
-    ]
+        ".in_dict.x", ".in_list[0]", ".in_list[1].value", ".jax_array", ".np_array",
+    ]  # dict entries read like attributes, as flax.nnx's nnx.Dict entries do
     (key, _), *_ = jax.tree_util.tree_flatten_with_path(model)[0]
     assert isinstance(key[0], PathKey) and key[0].path == ("in_dict", "x")
     assert repr(key[0]) == "PathKey('in_dict.x')"
