@@ -16,7 +16,6 @@ from ._filters import Not as Not
 from ._filters import Nothing as Nothing
 from ._filters import OfType as OfType
 from ._filters import PathContains as PathContains
-from ._filters import WithTag as WithTag
 from ._filters import to_predicate as to_predicate
 from ._graph import GraphDef as GraphDef
 from ._graph import register_node_type as register_node_type
@@ -109,7 +108,6 @@ __all__ = [
     "TrainState",
     "Variable",
     "VariableMetadata",
-    "WithTag",
     "clone",
     "cond",
     "create_sharded",

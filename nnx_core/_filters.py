@@ -67,26 +67,6 @@ class PathContains:
         return f"PathContains(key={self.key!r}{exact})"
 
 
-@dataclass(frozen=True)
-class WithTag:
-    """Match Variables whose ``tag`` metadata equals ``tag`` (e.g. the Rng stream name).
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> import nnx_core as nnx
-        >>> nnx.WithTag("dropout")((), nnx.Variable(jnp.zeros(1), tag="dropout"))
-        True
-    """
-
-    tag: str
-
-    def __call__(self, path: Path, value: Any) -> bool:
-        return isinstance(value, Variable) and value.get_metadata("tag", None) == self.tag
-
-    def __repr__(self) -> str:
-        return f"WithTag(tag={self.tag!r})"
-
-
 class Any_:
     """Match if any of the filters matches. Exported as ``Any``.
 

@@ -20,7 +20,7 @@ class Model(nnx.Module):
         self.stat = nnx.BatchStat(np.zeros(2, np.float32))
         self.cache = nnx.Cache(np.zeros(1, np.float32))
         self.raw = np.arange(3)
-        self.sub = {"k": Kind(np.ones(1, np.float32)), "n": nnx.Variable(np.zeros(1), tag="t")}
+        self.sub = {"k": Kind(np.ones(1, np.float32)), "n": nnx.Variable(np.zeros(1))}
         self.layers = [nnx.Param(np.ones(1, np.float32))]
 
 
@@ -67,7 +67,6 @@ def paths(state):
         (nnx.PathContains("su", exact=False), ["sub.k", "sub.n"]),
         (nnx.PathContains("su"), []),
         (nnx.PathContains(0, exact=False), ["layers[0]"]),
-        (nnx.WithTag("t"), ["sub.n"]),
         (nnx.All(nnx.Variable, nnx.Not(nnx.Param), nnx.Not(nnx.BatchStat), nnx.Not(nnx.Cache)),
          ["sub.n"]),
     ],
@@ -249,15 +248,9 @@ def test_constant_filters_take_no_or_two_arguments(constant):
     "filter_, expected",
     [
         (nnx.PathContains("a", exact=False), "PathContains(key='a', exact=False)"),
-        (nnx.WithTag("dropout"), "WithTag(tag='dropout')"),
         (nnx.Everything(), "Everything"),
     ],
 )
 def test_new_filter_reprs(filter_, expected):
     assert repr(filter_) == expected
 
-
-def test_with_tag_selects_rng_streams_by_name():
-    rngs = nnx.Rngs(0, dropout=1)
-    assert paths(nnx.state(rngs, nnx.WithTag("dropout"))) == ["dropout.count", "dropout.key"]
-    assert nnx.WithTag("x")((), np.ones(1)) is False  # raw arrays have no tag
