@@ -105,6 +105,12 @@ def variable_name(cls: type) -> str:
         raise KeyError(f"{cls!r} is not a registered Variable kind.") from None
 
 
+def display_name(cls: type) -> str:
+    """The explicit registered name of a kind, else its class name (for tables)."""
+    name = _TYPE_TO_NAME.get(cls)
+    return name if name is not None and name not in _AUTO_NAMES else cls.__name__
+
+
 def registered_variable_types() -> dict[str, Any]:
     """All registered kinds by name (explicit and automatic names).
 

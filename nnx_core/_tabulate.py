@@ -19,7 +19,8 @@ import numpy as np
 
 from ._api import merge, split
 from ._graph import is_node, iter_nodes
-from ._module import Module, _bytes, _kind_name
+from ._kinds import display_name
+from ._module import Module, _bytes
 from ._rngs import Rngs, RngStream
 from ._state import format_path
 from ._variables import Variable
@@ -182,7 +183,7 @@ def _stats(module: Module) -> dict[str, tuple[int, int]]:
             if shape is None:
                 continue
             size = math.prod(shape)
-            kind = _kind_name(type(x))
+            kind = display_name(type(x))
             n, nbytes = stats.get(kind, (0, 0))
             stats[kind] = (n + size, nbytes + size * value.dtype.itemsize)
     return stats

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 import nnx_core as nnx
+from nnx_core import _kinds
 
 
 @pytest.mark.parametrize(
@@ -141,3 +142,12 @@ def test_a_kind_class_defined_again_takes_its_name_over():
     assert nnx.variable_name(new) == "tests.variables.Reloaded"
     with pytest.raises(KeyError, match="Reloaded'> is not a registered Variable kind"):
         nnx.variable_name(old)
+
+
+def test_display_name_is_the_explicit_name_or_the_class_name():
+    class Plain(nnx.Variable):
+        pass
+
+    assert _kinds.display_name(Plain) == "Plain"
+    assert _kinds.display_name(_Taken) == "tests.variables.Taken"
+    assert _kinds.display_name(nnx.Param) == "Param"
