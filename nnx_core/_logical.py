@@ -38,7 +38,9 @@ def normalize_rules(rules: Rules) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if isinstance(rules, (list, tuple)):
         for rule in rules:
-            if not (isinstance(rule, (list, tuple)) and len(rule) == 2 and isinstance(rule[0], str)):
+            if not (
+                isinstance(rule, (list, tuple)) and len(rule) == 2 and isinstance(rule[0], str)
+            ):
                 break
             out.setdefault(rule[0], rule[1])
         else:
@@ -96,7 +98,10 @@ def logical_axis_rules(rules: Rules) -> Iterator[dict[str, Any]]:
 
 
 def with_logical_constraint(
-    x: Any, logical_axes: Sequence[str | None], *, rules: Rules | None = None,
+    x: Any,
+    logical_axes: Sequence[str | None],
+    *,
+    rules: Rules | None = None,
     mesh: Mesh | None = None,
 ) -> Any:
     """``jax.lax.with_sharding_constraint`` with logical axis names (one per dimension of ``x``).

@@ -68,9 +68,7 @@ class Pytree:
     def __init_subclass__(cls, *, pytree: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if pytree:
-            jax.tree_util.register_pytree_with_keys(
-                cls, _flatten_with_keys, _unflatten, _flatten
-            )
+            jax.tree_util.register_pytree_with_keys(cls, _flatten_with_keys, _unflatten, _flatten)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         obj = object.__new__(cls)

@@ -40,7 +40,10 @@ class Row:
 
 
 def tabulate(
-    obj: Any, *input_args: Any, depth: int | None = None, method: str = "__call__",
+    obj: Any,
+    *input_args: Any,
+    depth: int | None = None,
+    method: str = "__call__",
     **input_kwargs: Any,
 ) -> str:
     """A table of every Module call made by ``getattr(obj, method)(*input_args, **input_kwargs)``.
@@ -190,7 +193,9 @@ def _stats(module: Module) -> dict[str, tuple[int, int]]:
 
 
 def _describe_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    parts = [_describe_tree(a) for a in args] + [f"{k}={_describe_tree(v)}" for k, v in kwargs.items()]
+    parts = [_describe_tree(a) for a in args] + [
+        f"{k}={_describe_tree(v)}" for k, v in kwargs.items()
+    ]
     return ", ".join(parts)
 
 
@@ -217,8 +222,13 @@ def _render(title: str, rows: list[Row], totals: dict[str, tuple[int, int]]) -> 
     kinds = sorted({k for r in rows for k in r.stats} | set(totals))
     header = ["path", "type", "inputs", "outputs", *kinds]
     body = [
-        [format_path(r.path) if r.path else "", r.type_name, r.inputs, r.outputs,
-         *(_cell(r.stats.get(k)) for k in kinds)]
+        [
+            format_path(r.path) if r.path else "",
+            r.type_name,
+            r.inputs,
+            r.outputs,
+            *(_cell(r.stats.get(k)) for k in kinds),
+        ]
         for r in rows
     ]
     footer = ["", "", "", "Total", *(_cell(totals.get(k)) for k in kinds)]
@@ -226,7 +236,9 @@ def _render(title: str, rows: list[Row], totals: dict[str, tuple[int, int]]) -> 
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
 
     def line(cells: list[str], right: int = -1) -> str:
-        out = [c.rjust(w) if i == right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        out = [
+            c.rjust(w) if i == right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ]
         return "  ".join(out).rstrip()
 
     elements = sum(n for n, _ in totals.values())

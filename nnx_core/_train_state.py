@@ -97,16 +97,25 @@ class TrainState(Generic[M]):
 
     @classmethod
     def create(
-        cls: type[TS], graphdef: GraphDef, *, params: State, tx: optax.GradientTransformation,
-        step: int = 0, **kwargs: Any,
+        cls: type[TS],
+        graphdef: GraphDef,
+        *,
+        params: State,
+        tx: optax.GradientTransformation,
+        step: int = 0,
+        **kwargs: Any,
     ) -> TS:
         """A TrainState at ``step`` with ``tx.init(params)`` as optimizer state.
 
         ``kwargs`` fill the fields a subclass adds (e.g. ``batch_stats=...``).
         """
         return cls(  # type: ignore[call-arg]
-            graphdef=graphdef, params=params, opt_state=tx.init(params), step=jnp.asarray(step),
-            tx=tx, **kwargs,
+            graphdef=graphdef,
+            params=params,
+            opt_state=tx.init(params),
+            step=jnp.asarray(step),
+            tx=tx,
+            **kwargs,
         )
 
     def replace(self: TS, **updates: Any) -> TS:

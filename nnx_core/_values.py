@@ -45,8 +45,10 @@ def _describe(value: Any) -> str:
     if shape is None or dtype is None:
         return repr(value)
     dims = ",".join(str(d) for d in shape)
-    if shape == () and not isinstance(value, Tracer) and not jax.dtypes.issubdtype(
-        dtype, jax.dtypes.prng_key
+    if (
+        shape == ()
+        and not isinstance(value, Tracer)
+        and not jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
     ):
         try:
             return f"{dtype}[]={np.asarray(value).item()!r}"

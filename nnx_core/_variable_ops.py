@@ -14,8 +14,21 @@ import jax
 
 from ._tracing import current_trace
 
-_BINARY = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or",
-           "xor", "lshift", "rshift")
+_BINARY = (
+    "add",
+    "sub",
+    "mul",
+    "truediv",
+    "floordiv",
+    "mod",
+    "pow",
+    "matmul",
+    "and",
+    "or",
+    "xor",
+    "lshift",
+    "rshift",
+)
 
 
 def _binary(op: Callable[[Any, Any], Any], base: type) -> tuple[Callable, Callable, Callable]:
@@ -47,8 +60,11 @@ def install_operators(base: type) -> None:
     for name in ("lt", "le", "gt", "ge"):
         setattr(base, f"__{name}__", _binary(getattr(operator, name), base)[0])
     for name in ("neg", "pos", "abs", "invert"):
-        setattr(base, f"__{name}__",
-                (lambda op: lambda self: op(self.get_value()))(getattr(operator, name)))
+        setattr(
+            base,
+            f"__{name}__",
+            (lambda op: lambda self: op(self.get_value()))(getattr(operator, name)),
+        )
 
 
 class Aux:

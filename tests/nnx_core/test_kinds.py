@@ -12,9 +12,16 @@ from nnx_core import _kinds
 
 @pytest.mark.parametrize(
     "name, cls",
-    [("Variable", nnx.Variable), ("Param", nnx.Param), ("BatchStat", nnx.BatchStat),
-     ("Cache", nnx.Cache), ("Intermediate", nnx.Intermediate), ("RngKey", nnx.RngKey),
-     ("RngCount", nnx.RngCount), ("OptState", nnx.OptState)],
+    [
+        ("Variable", nnx.Variable),
+        ("Param", nnx.Param),
+        ("BatchStat", nnx.BatchStat),
+        ("Cache", nnx.Cache),
+        ("Intermediate", nnx.Intermediate),
+        ("RngKey", nnx.RngKey),
+        ("RngCount", nnx.RngCount),
+        ("OptState", nnx.OptState),
+    ],
 )
 def test_builtin_kind_names(name, cls):
     assert nnx.variable_name(cls) == name
@@ -100,19 +107,34 @@ class _Other(nnx.Variable):
 @pytest.mark.parametrize(
     "register, error, match",
     [
-        (lambda: nnx.register_variable_type(_Other, "tests.variables.Taken"), ValueError,
-         r"'tests.variables.Taken' is already registered to .*_Taken; cannot also register "
-         r".*_Other"),
-        (lambda: nnx.register_variable_type(_Taken, "tests.variables.Renamed"), ValueError,
-         r"_Taken is already registered as 'tests.variables.Taken'; it cannot also be "
-         r"registered as 'tests.variables.Renamed'"),
-        (lambda: nnx.register_variable_type(nnx.Param, "Weight"), ValueError,
-         "already registered as 'Param'"),
-        (lambda: nnx.register_variable_type(_Other, "Param"), ValueError,
-         "'Param' is already registered to nnx_core._variables.Param"),
-        (lambda: nnx.variable_type("tests.variables.Unknown"), KeyError,
-         r"No Variable kind is registered as 'tests.variables.Unknown'. Registered kinds: "
-         r"BatchStat, Cache, .*Param"),
+        (
+            lambda: nnx.register_variable_type(_Other, "tests.variables.Taken"),
+            ValueError,
+            r"'tests.variables.Taken' is already registered to .*_Taken; cannot also register "
+            r".*_Other",
+        ),
+        (
+            lambda: nnx.register_variable_type(_Taken, "tests.variables.Renamed"),
+            ValueError,
+            r"_Taken is already registered as 'tests.variables.Taken'; it cannot also be "
+            r"registered as 'tests.variables.Renamed'",
+        ),
+        (
+            lambda: nnx.register_variable_type(nnx.Param, "Weight"),
+            ValueError,
+            "already registered as 'Param'",
+        ),
+        (
+            lambda: nnx.register_variable_type(_Other, "Param"),
+            ValueError,
+            "'Param' is already registered to nnx_core._variables.Param",
+        ),
+        (
+            lambda: nnx.variable_type("tests.variables.Unknown"),
+            KeyError,
+            r"No Variable kind is registered as 'tests.variables.Unknown'. Registered kinds: "
+            r"BatchStat, Cache, .*Param",
+        ),
         (lambda: nnx.variable_name(int), KeyError, "<class 'int'> is not a registered"),
     ],
 )

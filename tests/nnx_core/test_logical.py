@@ -62,8 +62,11 @@ def test_with_partitioning_names_a_layer_s_kernel():
 
 
 def test_with_partitioning_needs_one_name_per_dimension():
-    with pytest.raises(TypeError, match=r"with_partitioning expects one logical axis name .* "
-                                        r"got 'embed'"):
+    with pytest.raises(
+        TypeError,
+        match=r"with_partitioning expects one logical axis name .* "
+        r"got 'embed'",
+    ):
         nnx.with_partitioning(nnx_layers.initializers.zeros, "embed")
 
 
@@ -75,11 +78,16 @@ def _constraint_spec(f, x):
 def test_with_logical_constraint_on_an_explicit_or_context_mesh_or_none():
     x = jnp.ones((4, 2))
     explicit = _constraint_spec(
-        lambda x: nnx.with_logical_constraint(x, ("batch", "embed"), mesh=MESH,
-                                              rules={"batch": "data"}), x)
+        lambda x: nnx.with_logical_constraint(
+            x, ("batch", "embed"), mesh=MESH, rules={"batch": "data"}
+        ),
+        x,
+    )
     assert explicit == P("data", None)  # "embed" is not an axis of the mesh: replicated
     with jax.set_mesh(MESH), nnx.logical_axis_rules({"batch": "data"}):
-        assert _constraint_spec(lambda x: nnx.with_logical_constraint(x, ("batch", None)), x) == P("data", None)
+        assert _constraint_spec(lambda x: nnx.with_logical_constraint(x, ("batch", None)), x) == P(
+            "data", None
+        )
     assert _constraint_spec(lambda x: nnx.with_logical_constraint(x, ("batch", None)), x) is None
     v = nnx.Param(x)
     assert nnx.with_logical_constraint(v, ("batch", None)) is v.value  # no mesh: unchanged
@@ -87,8 +95,11 @@ def test_with_logical_constraint_on_an_explicit_or_context_mesh_or_none():
 
 @pytest.mark.parametrize("value", [jnp.ones(3), 3.0])
 def test_with_logical_constraint_needs_one_name_per_dimension(value):
-    with pytest.raises(ValueError, match=r"with_logical_constraint got 2 logical axis name\(s\) "
-                                         r"\('a', 'b'\) for a value of shape"):
+    with pytest.raises(
+        ValueError,
+        match=r"with_logical_constraint got 2 logical axis name\(s\) "
+        r"\('a', 'b'\) for a value of shape",
+    ):
         nnx.with_logical_constraint(value, ("a", "b"))
 
 
@@ -103,6 +114,7 @@ def test_with_logical_constraint_shards_over_four_devices():
         print(out.sharding.spec, len(out.addressable_shards), out.addressable_shards[0].data.shape)
     """)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.split() == ["P('data',)", "4", "(2,", "3)"]

@@ -20,7 +20,9 @@ from .corpus import CORPUS, LEAF_COUNTS, SHARING, Cycle, Leaf, SharedVar, assert
 
 def _model(lib, rngs):
     """The same model in both libraries: layers, a counter, a raw array, a list, a static."""
-    zeros = lib.initializers.zeros if hasattr(lib, "initializers") else nnx_layers.initializers.zeros
+    zeros = (
+        lib.initializers.zeros if hasattr(lib, "initializers") else nnx_layers.initializers.zeros
+    )
     listing = (lambda xs: lib.List(xs)) if hasattr(lib, "List") else list
 
     class Model(lib.Module):
@@ -43,7 +45,11 @@ class Layers:
     """nnx_core + nnx_layers under the names the model builder uses."""
 
     Module, Variable = nnx.Module, nnx.Variable
-    Linear, BatchNorm, initializers = nnx_layers.Linear, nnx_layers.BatchNorm, nnx_layers.initializers
+    Linear, BatchNorm, initializers = (
+        nnx_layers.Linear,
+        nnx_layers.BatchNorm,
+        nnx_layers.initializers,
+    )
 
 
 def ours():
@@ -79,7 +85,9 @@ def test_leaves_count_order_and_key_paths_match_flax():
     theirs = _flax_model()
     assert keystrs(ours()) == keystrs(theirs)
     assert len(jax.tree.leaves(ours())) == len(jax.tree.leaves(theirs)) == 10
-    assert keystrs(nnx.Rngs(0, dropout=1)) == keystrs(pytest.importorskip("flax.nnx").Rngs(0, dropout=1))
+    assert keystrs(nnx.Rngs(0, dropout=1)) == keystrs(
+        pytest.importorskip("flax.nnx").Rngs(0, dropout=1)
+    )
 
 
 def test_mutation_inside_plain_jit_stays_inside_as_in_flax():
@@ -172,8 +180,9 @@ def test_tree_map_with_variables_as_leaves():
 
     shapes = jax.tree.map(lambda v: v.shape, ours(), is_leaf=is_variable)
     assert shapes.lin.kernel == (2, 3) and shapes.arr == (2,)  # as in flax.nnx
-    tied = jax.tree.map(lambda v: v.get_metadata("sharding_names", None), SharedVar(),
-                        is_leaf=is_variable)
+    tied = jax.tree.map(
+        lambda v: v.get_metadata("sharding_names", None), SharedVar(), is_leaf=is_variable
+    )
     assert tied.encoder.embedding == tied.decoder.embedding == ("in", "out")
     theirs = jax.tree.map(jnp.shape, _flax_model(), is_leaf=is_variable)
     assert theirs.lin.kernel == (2, 3)
@@ -205,7 +214,11 @@ def test_unflatten_from_any_leaves():
 def test_key_paths():
     model = CORPUS["raw_arrays"]()
     assert keystrs(model) == [
-        ".in_dict.x", ".in_list[0]", ".in_list[1].value", ".jax_array", ".np_array",
+        ".in_dict.x",
+        ".in_list[0]",
+        ".in_list[1].value",
+        ".jax_array",
+        ".np_array",
     ]  # dict entries read like attributes, as flax.nnx's nnx.Dict entries do
     (key, _), *_ = jax.tree_util.tree_flatten_with_path(model)[0]
     assert isinstance(key[0], PathKey) and key[0].path == ("in_dict", "x")
@@ -254,8 +267,11 @@ def test_graph_nodes_that_are_not_pytrees_are_leaves(cls):
 
 
 def test_object_subclasses_cannot_be_pytrees():
-    with pytest.raises(ValueError, match="Bad derives from nnx_core.Object, which is never a "
-                                         "pytree, but its class statement passes pytree=True"):
+    with pytest.raises(
+        ValueError,
+        match="Bad derives from nnx_core.Object, which is never a "
+        "pytree, but its class statement passes pytree=True",
+    ):
 
         class Bad(nnx.Object, pytree=True):
             pass

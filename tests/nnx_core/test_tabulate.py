@@ -47,8 +47,11 @@ def _flax_rows():
     flax_nnx = pytest.importorskip("flax.nnx")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        text = flax_nnx.tabulate(_foo(flax_nnx, flax_nnx.relu), jnp.ones((1, 3)),
-                                 console_kwargs={"force_terminal": False, "width": 250})
+        text = flax_nnx.tabulate(
+            _foo(flax_nnx, flax_nnx.relu),
+            jnp.ones((1, 3)),
+            console_kwargs={"force_terminal": False, "width": 250},
+        )
     lines = text.splitlines()
     header = next(line for line in lines if "path" in line and "type" in line)
     names = [c.strip() for c in header.split("┃")[1:-1]]
@@ -74,8 +77,16 @@ def _flax_rows():
 
 def test_rows_match_flax():
     rows = collect_rows(_foo(Lib, nnx_layers.relu), (jnp.ones((1, 3)),), {}, method="__call__")
-    ours = [(r.path, r.type_name, r.inputs, r.outputs,
-             {k: n for k, (n, _) in r.stats.items() if k in ("BatchStat", "Param")}) for r in rows]
+    ours = [
+        (
+            r.path,
+            r.type_name,
+            r.inputs,
+            r.outputs,
+            {k: n for k, (n, _) in r.stats.items() if k in ("BatchStat", "Param")},
+        )
+        for r in rows
+    ]
     assert ours == _flax_rows()
 
 
@@ -84,8 +95,16 @@ def test_table_text_totals_and_depth():
     text = nnx.tabulate(model, jnp.ones((1, 3)), depth=1)
     lines = text.splitlines()
     assert lines[0] == "Foo summary"
-    assert lines[1].split() == ["path", "type", "inputs", "outputs", "BatchStat", "Param",
-                                "RngCount", "RngKey"]
+    assert lines[1].split() == [
+        "path",
+        "type",
+        "inputs",
+        "outputs",
+        "BatchStat",
+        "Param",
+        "RngCount",
+        "RngKey",
+    ]
     assert [line.split()[0] for line in lines[3:5]] == ["block1", "block2"]
     assert lines[5].split()[:3] == ["Total", "12", "(48"] and "38 (152 B)" in lines[5]
     assert lines[-1] == "Total: 52 elements (212 B)"  # 12 + 38 + 1 key + 1 count
@@ -137,10 +156,16 @@ def test_methods_keyword_inputs_structured_outputs_and_super_calls():
 @pytest.mark.parametrize(
     "action, error, match",
     [
-        (lambda: nnx.tabulate([Base()], jnp.ones(2)), TypeError,
-         r"tabulate expects a Module, got list"),
-        (lambda: nnx.tabulate(Base(), jnp.ones(2), method="missing"), AttributeError,
-         r"tabulate: Base has no method 'missing' to call"),
+        (
+            lambda: nnx.tabulate([Base()], jnp.ones(2)),
+            TypeError,
+            r"tabulate expects a Module, got list",
+        ),
+        (
+            lambda: nnx.tabulate(Base(), jnp.ones(2), method="missing"),
+            AttributeError,
+            r"tabulate: Base has no method 'missing' to call",
+        ),
     ],
 )
 def test_errors(action, error, match):

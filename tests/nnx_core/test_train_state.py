@@ -41,7 +41,8 @@ def test_create_fields():
     state, _ = _state(step=3)
     assert int(state.step) == 3 and state.params["w"].value.tolist() == [1.0, -2.0]
     assert jax.tree.structure(state.opt_state) == jax.tree.structure(
-        optax.adam(0.1).init(state.params))
+        optax.adam(0.1).init(state.params)
+    )
     with pytest.raises(dataclasses.FrozenInstanceError):
         state.step = 4
 
@@ -67,7 +68,7 @@ def test_apply_gradients_matches_the_optimizer():
     def train_step(state, x):
         def loss_fn(params):
             y, _ = state.apply(params, stats)(x)
-            return (y ** 2).sum()
+            return (y**2).sum()
 
         return state.apply_gradients(jax.grad(loss_fn)(state.params))
 
@@ -90,8 +91,10 @@ def test_subclass_fields_ride_through_jit_and_replace():
     out = step(step(state))
     assert int(out.stats["calls"].value) == 2 and out.note == "run" and int(out.step) == 2
     leaves_fields = jax.tree_util.tree_flatten_with_path(out)[0]
-    assert not any("note" in jax.tree_util.keystr(p) or "tx" in jax.tree_util.keystr(p)
-                   for p, _ in leaves_fields)  # static fields are not leaves
+    assert not any(
+        "note" in jax.tree_util.keystr(p) or "tx" in jax.tree_util.keystr(p)
+        for p, _ in leaves_fields
+    )  # static fields are not leaves
     assert out.replace(note="other").note == "other"
 
 
@@ -101,6 +104,9 @@ def test_generic_annotation():
 
 def test_apply_rejects_a_field_that_is_not_a_state():
     state, _ = _state(WithStats)
-    with pytest.raises(TypeError, match=r"WithStats.apply\('note'\): the field 'note' holds a "
-                                        r"str, not a State"):
+    with pytest.raises(
+        TypeError,
+        match=r"WithStats.apply\('note'\): the field 'note' holds a "
+        r"str, not a State",
+    ):
         state.apply("params", "note")

@@ -25,7 +25,9 @@ def test_with_metadata_wraps_an_initializer():
     out = init(jax.random.key(0), (2, 3), jnp.float32)
     assert isinstance(out, nnx.VariableMetadata) and out.raw_value.shape == (2, 3)
     layer = nnx_layers.Linear(2, 3, kernel_init=init, rngs=nnx.Rngs(0))
-    assert layer.kernel.sharding_names == ("in", "out") and layer.kernel.value.tolist()[0] == [1.0] * 3
+    assert (
+        layer.kernel.sharding_names == ("in", "out") and layer.kernel.value.tolist()[0] == [1.0] * 3
+    )
 
 
 def test_with_metadata_needs_a_function():

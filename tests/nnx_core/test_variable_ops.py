@@ -22,8 +22,19 @@ INTS = np.array([6, 3, 5], np.int32)
 
 @pytest.mark.parametrize(
     "op",
-    [operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
-     operator.mod, operator.pow, operator.lt, operator.le, operator.gt, operator.ge],
+    [
+        operator.add,
+        operator.sub,
+        operator.mul,
+        operator.truediv,
+        operator.floordiv,
+        operator.mod,
+        operator.pow,
+        operator.lt,
+        operator.le,
+        operator.gt,
+        operator.ge,
+    ],
 )
 @pytest.mark.parametrize("other", [2.0, np.array([3.0, 1.0, 2.0], np.float32)])
 def test_binary_operators_forward_and_reflected(op, other):
@@ -68,8 +79,13 @@ def test_invert():
 
 @pytest.mark.parametrize(
     "iop, op",
-    [(operator.iadd, operator.add), (operator.isub, operator.sub), (operator.imul, operator.mul),
-     (operator.itruediv, operator.truediv), (operator.ipow, operator.pow)],
+    [
+        (operator.iadd, operator.add),
+        (operator.isub, operator.sub),
+        (operator.imul, operator.mul),
+        (operator.itruediv, operator.truediv),
+        (operator.ipow, operator.pow),
+    ],
 )
 def test_inplace_operators_keep_the_variable_and_its_kind(iop, op):
     v = nnx.BatchStat(X, tag="t")
@@ -89,7 +105,7 @@ def test_inplace_operator_on_a_module_attribute_keeps_the_same_variable():
 def test_variable_is_a_pytree_with_one_leaf():
     v = nnx.Param(jnp.ones(2), a=1)
     assert jax.tree_util.tree_leaves(v) == [v.value]
-    (path, _), = jax.tree_util.tree_leaves_with_path(v)
+    ((path, _),) = jax.tree_util.tree_leaves_with_path(v)
     assert jax.tree_util.keystr(path) == ".value"
     doubled = jax.tree.map(lambda x: x * 2, v)
     assert type(doubled) is nnx.Param and doubled is not v and doubled.a == 1
