@@ -43,6 +43,7 @@ from ._state import State as State
 from ._state import format_path as format_path
 from ._tabulate import tabulate as tabulate
 from ._tracing import TraceContextError as TraceContextError
+from ._train_state import ApplyCaller as ApplyCaller
 from ._train_state import TrainState as TrainState
 from ._transforms._autodiff import grad as grad
 from ._transforms._autodiff import remat as remat
@@ -75,6 +76,7 @@ __all__ = [
     "A",
     "All",
     "Any",
+    "ApplyCaller",
     "BatchStat",
     "Cache",
     "Carry",

@@ -137,6 +137,15 @@ class PathKey:
     ``str(key)`` reads like JAX's own keys (``.layers[0].kernel``), so
     ``jax.tree_util.keystr`` of a Variable's leaf gives ``.layers[0].kernel.value``;
     ``key.path`` is the tuple of attribute names and indices that ``nnx_core.state`` uses.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> import nnx_core as nnx
+        >>> class M(nnx.Module):
+        ...     def __init__(self): self.layers = [nnx.Param(jnp.ones(2))]
+        >>> (key, value_key), = [p for p, _ in jax.tree_util.tree_leaves_with_path(M())]
+        >>> key.path, str(key), jax.tree_util.keystr((key, value_key))
+        (('layers', 0), '.layers[0]', '.layers[0].value')
     """
 
     __slots__ = ("path", "text")

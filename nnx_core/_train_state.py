@@ -28,6 +28,18 @@ class ApplyCaller:
 
     ``caller(*args)`` rebuilds the model from the states, calls it and returns
     ``(output, (graphdef, new_state))``; ``caller.method(*args)`` calls ``model.method``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import nnx_core as nnx
+        >>> class Scale(nnx.Module):
+        ...     def __init__(self): self.w = nnx.Param(jnp.array(3.0))
+        ...     def __call__(self, x): return x * self.w.value
+        ...     def double(self, x): return 2 * self(x)
+        >>> graphdef, params = nnx.split(Scale())
+        >>> out, (_, new_state) = nnx.ApplyCaller(graphdef, (params,)).double(1.0)
+        >>> float(out), list(new_state)
+        (6.0, ['w'])
     """
 
     def __init__(self, graphdef: GraphDef, states: tuple[State, ...], names: tuple[str, ...] = ()):

@@ -220,7 +220,13 @@ class Variable(Generic[A]):
             ) from None
 
     def get_raw_value(self) -> A:
-        """The stored value, bypassing any ``get_value`` override."""
+        """The stored value, bypassing any ``get_value`` override.
+
+        Example:
+            >>> import nnx_core as nnx
+            >>> v = nnx.Param(1.0); v.set_raw_value(2.0); v.get_raw_value()
+            2.0
+        """
         return self._value  # type: ignore[no-any-return]
 
     def set_raw_value(self, value: A) -> None:
@@ -333,6 +339,11 @@ class Variable(Generic[A]):
 
     def del_metadata(self, name: str) -> None:
         """Remove the metadata entry ``name``.
+
+        Example:
+            >>> import nnx_core as nnx
+            >>> v = nnx.Param(1.0, note="x"); v.del_metadata("note"); v.has_metadata("note")
+            False
 
         Raises:
             KeyError: there is no such entry.

@@ -143,7 +143,17 @@ class Average(Metric):
 
 @dataclasses.dataclass(frozen=True)
 class Statistics:
-    """What :class:`Welford` computes: mean, standard error of the mean, standard deviation."""
+    """What :class:`Welford` computes: mean, standard error of the mean, standard deviation.
+
+    A pytree of its three arrays.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from nnx_core.metrics import Statistics
+        >>> s = Statistics(jnp.array(2.0), jnp.array(0.5), jnp.array(1.0))
+        >>> [float(x) for x in jax.tree.leaves(s)]
+        [2.0, 0.5, 1.0]
+    """
 
     mean: Any
     standard_error_of_mean: Any

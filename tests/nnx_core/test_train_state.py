@@ -110,3 +110,10 @@ def test_apply_rejects_a_field_that_is_not_a_state():
         r"str, not a State",
     ):
         state.apply("params", "note")
+
+
+def test_an_apply_caller_has_no_special_attributes():
+    state, _ = _state(WithStats)
+    caller = state.apply("params", "stats")
+    with pytest.raises(AttributeError, match="__len__"):
+        caller.__len__  # noqa: B018 - the lookup is the test
