@@ -1,4 +1,4 @@
-"""Small value helpers shared by the graph modules: identity-hashed statics and short reprs."""
+"""Small value helpers shared by the core: the MISSING sentinel, identity-hashed statics, short reprs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,17 @@ import numpy as np
 
 from ._tracing import Tracer
 
-__all__ = ["_ById", "_describe", "hashable"]
+__all__ = ["MISSING", "_ById", "_describe", "hashable"]
+
+
+class _Missing:
+    """Marks an argument that was not given (``None`` is a valid value)."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
 
 
 class _ById:

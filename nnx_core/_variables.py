@@ -20,7 +20,7 @@ from ._kinds import (
     variable_type,
 )
 from ._tracing import TraceContextError, Tracer, current_trace
-from ._values import _ById, _describe, hashable
+from ._values import MISSING, _ById, _describe, hashable
 from ._variable_metadata import VariableMetadata
 from ._variable_ops import install_operators, register_pytree
 
@@ -30,34 +30,11 @@ V = TypeVar("V", bound="Variable[Any]")
 _SLOTS = frozenset({"_value", "_meta", "_meta_key", "_trace"})
 _structure_listeners: list[Callable[[], None]] = []
 
-__all__ = [  # the private helpers are re-exported for the graph modules
-    "A",
-    "MISSING",
-    "Perturbation",
-    "_ById",
-    "_describe",
-    "has_tracer",
-    "hashable",
-    "BatchStat",
-    "Cache",
-    "Intermediate",
-    "Param",
-    "Variable",
-    "register_variable_type",
-    "registered_variable_types",
-    "variable_name",
-    "variable_type",
+__all__ = [  # private helpers are re-exported for the graph modules
+    "A", "MISSING", "BatchStat", "Cache", "Intermediate", "Param", "Perturbation", "Variable",
+    "_ById", "_describe", "has_tracer", "hashable", "register_variable_type",
+    "registered_variable_types", "variable_name", "variable_type",
 ]
-
-
-class _Missing:
-    """Marks an argument that was not given (``None`` is a valid value)."""
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Any = _Missing()
 
 
 def has_tracer(value: Any) -> bool:
