@@ -37,7 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``nnx`` command; return the exit status (0 ok, 1 bad input, 2 usage)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and isinstance(getattr(args, "overrides", None), list):
+        args.overrides += extra  # (KEY=VALUE after the options; the command checks each)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args.handler(args))
     except PluginError as error:

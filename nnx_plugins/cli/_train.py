@@ -8,6 +8,8 @@ Example:
     >>> args = build_parser().parse_args(["train", "cnn.yaml", "--mesh", "data=8", "--resume"])
     >>> args.file, args.mesh, args.resume
     ('cnn.yaml', 'data=8', True)
+    >>> build_parser().parse_args(["train", "cnn.yaml", "train.epochs=5"]).overrides
+    ['train.epochs=5']
 """
 
 from __future__ import annotations
@@ -19,19 +21,27 @@ from typing import Any
 from rich.console import Console
 
 from .._errors import NnxError
+from ._config import split_arguments, usage_error
 
 __all__ = ["add_commands"]
 
 
 def _train(args: argparse.Namespace) -> int:
+    from ..config._load import load_config  # (here: listing stays light)
     from ..training._loop import train  # (here: listing stays light)
     from ..training._mesh import parse_mesh  # (here: listing stays light)
 
+    files, overrides = split_arguments([args.file, *args.overrides])
+    if len(files) != 1:
+        return usage_error(
+            "train FILE [KEY=VALUE...] [options]",
+            f"give one config FILE, then KEY=VALUE overrides; got files {files}.",
+        )
     console = Console(highlight=False)
     try:
         mesh = parse_mesh(args.mesh) if args.mesh else None
         result = train(
-            args.file,
+            load_config(files[0], overrides=overrides),
             run_dir=args.run_dir,
             resume=args.resume,
             mesh=mesh,
@@ -82,6 +92,12 @@ def add_commands(subparsers: Any) -> None:
     parser.set_defaults(handler=_train)
     parser.add_argument(
         "file", metavar="FILE", help="config with model/optimizer/data/train/checkpoint"
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="set a value by path, e.g. train.epochs=5 (VALUE is YAML); saved resolved in the run",
     )
     parser.add_argument(
         "--run-dir",

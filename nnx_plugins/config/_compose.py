@@ -239,7 +239,20 @@ def apply_override(source: Source, text: str, budget: Budget) -> Source:
             "e.g. model.layers[1].out_features=64.",
             end + 1,
         )
-    value = _shifted(read_source(text[end + 1 :], name=name, budget=budget), end + 1, name, keys)
+    if keys[0] == INCLUDE:
+        fail(
+            "'include' is read from config files only: an override cannot add files. Write "
+            "the include in a file, or set the values themselves with KEY=VALUE."
+        )
+    try:
+        parsed = read_source(text[end + 1 :], name=name, budget=budget)
+    except ConfigError as error:  # (its position, moved to the value's place in the argument)
+        raise ConfigError(
+            _shifted(
+                Source(name, None, problems=list(error.problems)), end + 1, name, keys
+            ).problems
+        ) from None
+    value = _shifted(parsed, end + 1, name, keys)
     if source.data is None:
         source.data = {}
     container, where = source.data, ()
@@ -281,14 +294,20 @@ def compose(config: Any, overrides: Sequence[str], budget: Budget) -> Source:
 
     Raises:
         ConfigError: a file cannot be read or included (located at the ``include`` entry), an
-            include cycle (naming the chain), a bad override, or a passed limit.
+            include cycle (naming the chain), bad overrides (every one), or a passed limit.
     """
     if isinstance(config, Source):
         source = config
     else:
         source = _with_includes(config, budget, _root_chain(config))
+    problems: list[Problem] = []
     for text in overrides:
-        source = apply_override(source, text, budget)
+        try:
+            source = apply_override(source, text, budget)
+        except ConfigError as error:
+            problems.extend(error.problems)
+    if problems:
+        raise ConfigError(problems)
     return source
 
 

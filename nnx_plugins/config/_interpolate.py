@@ -122,16 +122,17 @@ class _Resolver:
                 "cannot refer to itself, directly or through others.",
             )
         self.active.append(path)
-        self.budget.check_depth(len(self.active), path, self.source.file_of(path))
+        where = (self.source.file_of(path), self.source.value_position(path))
+        self.budget.check_depth(len(self.active), path, *where)
         try:
             text = self.get(path)
             whole = _WHOLE.match(text)
             if whole is not None:
                 value = _copy(self.lookup(whole.group(1), path))
-                self.budget.add_nodes(_count(value), path, self.source.file_of(path))
+                self.budget.add_nodes(_count(value), path, *where)
             else:
                 value = _PIECE.sub(lambda m: self.piece(m, path), text)
-                self.budget.add_text(len(value), path, self.source.file_of(path))
+                self.budget.add_text(len(value), path, *where)
             self.set(path, value)
         finally:
             self.active.pop()

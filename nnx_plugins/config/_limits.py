@@ -25,6 +25,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from .._text import format_path
 from ._errors import ConfigError, Problem
 
 __all__ = ["ConfigLimits", "Budget"]
@@ -107,11 +108,20 @@ class Budget:
         self.limits, self.name = limits, name
         self.nbytes = self.nodes = self.files = self.text = 0
 
-    def fail(self, limit: str, what: str, *, source: str | None = None, path: Any = ()) -> None:
+    def fail(
+        self,
+        limit: str,
+        what: str,
+        *,
+        source: str | None = None,
+        path: Any = (),
+        position: tuple[int, int] | None = None,
+    ) -> None:
         """Raise the `ConfigError` for passing ``limit``: ``what`` happened, how to raise it."""
         value = getattr(self.limits, limit)
         message = f"{what.format(limit=f'{limit}={value:,}')} {_how_to_raise(limit)}"
-        raise ConfigError([Problem(tuple(path), message, source or self.name)])
+        line, column = position or (None, None)
+        raise ConfigError([Problem(tuple(path), message, source or self.name, line, column)])
 
     def add_bytes(self, count: int, source: str) -> None:
         """Count ``count`` bytes about to be read from ``source``."""
@@ -124,7 +134,9 @@ class Budget:
                 source=source,
             )
 
-    def add_text(self, count: int, path: Any, source: str) -> None:
+    def add_text(
+        self, count: int, path: Any, source: str, position: tuple[int, int] | None = None
+    ) -> None:
         """Count ``count`` characters produced by string interpolation."""
         self.text += count
         if self.text > self.limits.max_bytes:
@@ -133,10 +145,17 @@ class Budget:
                 "string interpolation produces more than {limit} characters.",
                 source=source,
                 path=path,
+                position=position,
             )
 
-    def add_nodes(self, count: int, path: Any, source: str | None = None) -> None:
-        """Count ``count`` values added to the config at ``path``."""
+    def add_nodes(
+        self,
+        count: int,
+        path: Any,
+        source: str | None = None,
+        position: tuple[int, int] | None = None,
+    ) -> None:
+        """Count ``count`` values added to the config at ``path`` (written at ``position``)."""
         self.nodes += count
         if self.nodes > self.limits.max_nodes:
             self.fail(
@@ -145,17 +164,28 @@ class Budget:
                 "interpolations expanded).",
                 source=source,
                 path=path,
+                position=position,
             )
 
-    def check_depth(self, depth: int, path: Any, source: str | None = None) -> None:
-        """Refuse nesting (or a chain of references) deeper than the limit."""
+    def check_depth(
+        self,
+        depth: int,
+        path: Any,
+        source: str | None = None,
+        position: tuple[int, int] | None = None,
+    ) -> None:
+        """Refuse nesting (or a chain of references) deeper than the limit.
+
+        The error is located at ``position`` and names the first keys of ``path``.
+        """
         if depth > self.limits.max_depth:
+            shown = format_path(tuple(path)[:4]) + (" ..." if len(path) > 4 else "")
             self.fail(
                 "max_depth",
-                "the config is nested deeper than {limit} levels (mappings, lists and "
-                "chains of interpolations).",
+                f"the config is nested deeper than {{limit}} levels (here inside {shown}); "
+                "mappings, lists and chains of interpolations count.",
                 source=source,
-                path=path,
+                position=position,
             )
 
     def add_file(self, source: str) -> None:

@@ -142,7 +142,7 @@ def _validate(source: Source, registry: Registry) -> Config:
         if model is not None:
             sections[key] = _section_problems(walker, key, model, value)
         else:
-            close = suggest(key, [k for k in [*known, INCLUDE] if k not in data])
+            close = suggest(key, [*known, INCLUDE])
             walker.add(
                 (key,),
                 f"unknown section {key!r}.{close} Known sections: {', '.join(sorted(known))}.",

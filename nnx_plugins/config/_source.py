@@ -42,6 +42,7 @@ _YAML = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {_YAML + t for t in ("null", "bool", "int", "float", "str", "timestamp")}
 _COLLECTION_TAGS = {None, "!", _YAML + "map", _YAML + "seq"}
 _MERGE_TAG = _YAML + "merge"
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # (libyaml's parser: 20x faster)
 _KEY = object()  # path element of a value being read as a mapping key
 _MERGE = object()  # the ``<<`` merge key
 
@@ -145,7 +146,7 @@ class _Builder:
                 self._remember(frame.anchor, value, frame.nodes_before, height)
             else:
                 path = stack[-1].slot() if stack else ()
-                self.budget.check_depth(len(path), path, self.source.name)
+                self.budget.check_depth(len(path), path, self.source.name, _mark(event))
                 if isinstance(event, events.CollectionStartEvent):
                     stack.append(self._open(event, path))
                     continue
@@ -153,7 +154,7 @@ class _Builder:
                     value, height = self._alias(event, path)
                 else:
                     before = self.budget.nodes
-                    self.budget.add_nodes(1, path, self.source.name)
+                    self.budget.add_nodes(1, path, self.source.name, _mark(event))
                     value, height = self._scalar(event, path), 0
                     self._remember(event.anchor, value, before, 0)
                 position = _mark(event)
@@ -165,7 +166,7 @@ class _Builder:
 
     def _open(self, event: Any, path: Path) -> _Frame:
         before = self.budget.nodes
-        self.budget.add_nodes(1, path, self.source.name)
+        self.budget.add_nodes(1, path, self.source.name, _mark(event))
         if _KEY not in path:
             self.source.values[path] = _mark(event)
         if event.tag not in _COLLECTION_TAGS:
@@ -208,8 +209,8 @@ class _Builder:
                 event.start_mark,
             )
         value, size, height = self.anchors[event.anchor]
-        self.budget.add_nodes(size, path, self.source.name)
-        self.budget.check_depth(len(path) + height, path, self.source.name)
+        self.budget.add_nodes(size, path, self.source.name, _mark(event))
+        self.budget.check_depth(len(path) + height, path, self.source.name, _mark(event))
         return _copy(value), height
 
     def _remember(self, anchor: str | None, value: Any, before: int, height: int) -> None:
@@ -286,7 +287,7 @@ def _syntax_problem(error: yaml.YAMLError, text: str, name: str) -> Problem:
 def _parse_yaml(text: str, source: Source, budget: Budget) -> None:
     loader = None
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _LOADER(text)
         loader.get_event()  # stream start
         if loader.check_event(events.StreamEndEvent):
             source.data = None
@@ -322,11 +323,7 @@ def _check_json_depth(text: str, source: Source, budget: Budget) -> None:
             offset = match.start()
             line = text.count("\n", 0, offset) + 1
             column = offset - (text.rfind("\n", 0, offset) + 1) + 1
-            try:
-                budget.check_depth(depth, (), source.name)
-            except ConfigError as error:
-                problem = dataclasses.replace(error.problems[0], line=line, column=column)
-                raise ConfigError([problem]) from None
+            budget.check_depth(depth, (), source.name, (line, column))
 
 
 class _Pairs(dict):  # type: ignore[type-arg]

@@ -5,8 +5,8 @@
 softmax cross-entropy classification. The batch of step ``s`` is a pure function of
 ``(train.seed, s)`` and every piece of state (parameters, BatchNorm statistics, Rng counts,
 optimizer moments) is checkpointed, so ``resume=True`` continues to exactly the parameters an
-uninterrupted run reaches. The run directory receives ``metrics.jsonl``, ``metrics.png`` and
-``checkpoints/step_N``.
+uninterrupted run reaches. The run directory receives ``config.yaml`` (the resolved config),
+``metrics.jsonl``, ``metrics.png`` and ``checkpoints/step_N``.
 
 Example:
     >>> import tempfile
@@ -288,6 +288,7 @@ def train(
     train_section = config.sections["train"]
     place = batch_placer(mesh, train_section.batch_size)
     plan.run_dir.mkdir(parents=True, exist_ok=True)
+    _save_resolved_config(config, plan.run_dir)
     model, optimizer = _setup(plan, mesh)
     end = plan.total if stop_at is None else min(stop_at, plan.total)
     with Progress(progress, plan.total, 0, console) as bar:
@@ -312,6 +313,15 @@ def train(
         model,
         optimizer,
     )
+
+
+def _save_resolved_config(config: Any, run_dir: pathlib.Path) -> None:
+    """``config.yaml`` in the run directory: the resolved config (includes, overrides and
+    interpolations applied, defaults filled in); ``nnx train config.yaml`` reproduces the run."""
+    if _is_main_process():
+        temporary = run_dir / ".config.yaml.tmp"
+        temporary.write_text(config.to_yaml(), encoding="utf-8")
+        os.replace(temporary, run_dir / "config.yaml")
 
 
 def _loop(
