@@ -14,7 +14,8 @@ Example:
     >>> from nnx_plugins.config._source import Source
     >>> source = Source("m.yaml", {"width": 64, "model": {"out_features": "${width}",
     ...                            "name": "mlp-${width}", "price": "\\\\${5}"}})
-    >>> interpolate(source, Budget(ConfigLimits(), "m.yaml"))
+    >>> interpolate(source, Budget(ConfigLimits(), "m.yaml"))  # (the paths that failed)
+    frozenset()
     >>> source.data["model"]
     {'out_features': 64, 'name': 'mlp-64', 'price': '${5}'}
 """
@@ -25,7 +26,7 @@ import re
 from typing import Any
 
 from .._text import format_path, suggest
-from ._errors import ConfigError, Problem
+from ._errors import Problem
 from ._limits import Budget
 from ._paths import PathSyntaxError, parse_path
 from ._source import Path, Source
@@ -224,12 +225,17 @@ def _strings(value: Any, path: Path) -> Any:
             stack.extend((v, (*where, i)) for i, v in reversed(list(enumerate(item))))
 
 
-def interpolate(source: Source, budget: Budget) -> None:
+def interpolate(source: Source, budget: Budget) -> frozenset[Path]:
     """Resolve every ``${...}`` of ``source`` in place.
 
+    An unknown path, a cycle or a malformed interpolation is added to ``source.problems``,
+    located at the string that holds it, and that string is left as it is.
+
+    Returns:
+        The paths whose interpolation failed (validation's remarks on them add nothing).
+
     Raises:
-        ConfigError: every unknown path, cycle and malformed interpolation, each located at
-            the string that holds it (with the reader's own problems, if any).
+        ConfigError: a limit is passed (interpolated copies count toward the read's limits).
     """
     resolver = _Resolver(source, budget)
     problems: dict[Path, Problem] = {}
@@ -241,5 +247,6 @@ def interpolate(source: Source, budget: Budget) -> None:
             resolver.active.clear()
             resolver.done.update((path, failure.path))
             problems.setdefault(failure.path, source.problem(failure.path, failure.message))
-    if problems:
-        raise ConfigError([*source.problems, *problems.values()])
+            problems.setdefault(path, problems[failure.path])
+    source.problems.extend(dict.fromkeys(problems.values()))
+    return frozenset(problems)

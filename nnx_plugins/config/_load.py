@@ -124,13 +124,14 @@ def _section_problems(
     return None
 
 
-def _validate(source: Source, registry: Registry) -> Config:
+def _validate(source: Source, registry: Registry, unresolved: frozenset[Any]) -> Config:
+    """Validate the composed ``source``; a value whose interpolation failed (``unresolved``
+    paths) is already reported, so what validation says about it is left out."""
     data = source.data
     walker = Walker(source, registry)
-    walker.problems.extend(source.problems)
     if not isinstance(data, Mapping):
         walker.add((), f"expected a mapping with a 'model' section, got {describe(data)}.")
-        raise ConfigError(_in_order(walker.problems, source))
+        raise ConfigError(_in_order(walker.problems, source, unresolved))
     models = registered_sections(registry)
     known = [*RESERVED, *models]
     sections: dict[str, Any] = {}
@@ -150,16 +151,21 @@ def _validate(source: Source, registry: Registry) -> Config:
             )
     if "model" not in data:
         walker.add((), "missing the 'model' section describing the layers.")
-        raise ConfigError(_in_order(walker.problems, source))
+        raise ConfigError(_in_order(walker.problems, source, unresolved))
     walker.prefer = dict(plugins.prefer) if plugins is not None else {}
     normalized = walker.node(data["model"], ("model",))
-    if walker.problems or normalized is None:
-        raise ConfigError(_in_order(walker.problems, source))
+    if walker.problems or source.problems or normalized is None:
+        raise ConfigError(_in_order(walker.problems, source, unresolved))
     return Config(normalized, sections, walker.prefer, source.name)
 
 
-def _in_order(problems: list[Problem], source: Source) -> list[Problem]:
-    """Problems by file (the config first, then includes, then overrides), line and column."""
+def _in_order(problems: list[Problem], source: Source, unresolved: frozenset[Any]) -> list[Problem]:
+    """The reader's and validation's problems by file (the config first, then includes, then
+    overrides), line and column; none about a value whose interpolation failed."""
+    problems = [
+        *source.problems,
+        *(p for p in problems if not any(p.path[: len(u)] == u for u in unresolved)),
+    ]
     files = {name: rank for rank, name in enumerate(dict.fromkeys(source.files.values()), 1)}
     files[source.name] = 0
     return sorted(
@@ -230,8 +236,8 @@ def load_config(
     budget = Budget(limits or ConfigLimits.from_env(), name)
     try:
         source = compose(config, list(overrides), budget)
-        interpolate(source, budget)
-        return _validate(source, registry or default_registry())
+        unresolved = interpolate(source, budget)
+        return _validate(source, registry or default_registry(), unresolved)
     except RecursionError:  # (only with a max_depth raised past what Python's stack holds)
         message = (
             f"the config is nested too deeply for Python's recursion limit "

@@ -35,9 +35,15 @@ def test_json_borrows_positions():
     assert src.value_position(("model", "in_features")) == (2, 17)
 
 
+def test_exponents_are_numbers_in_yaml_as_in_json():
+    src = read_source('{"lr": 1e-3, "n": 3E5}', name="m.json", syntax="json")
+    assert src.data == {"lr": 0.001, "n": 300000.0} and src.value_position(("lr",)) == (1, 8)
+    assert read_source("a: [3e-3, -2e+2, 3, 1e, 1.5]").data == {"a": [0.003, -200.0, 3, "1e", 1.5]}
+
+
 def test_json_keeps_its_own_numbers_when_yaml_reads_them_differently():
-    src = read_source('{"lr": 1e-3}', name="m.json", syntax="json")
-    assert src.data == {"lr": 0.001} and src.values == {}  # (YAML 1.1 reads 1e-3 as text)
+    src = read_source(r'{"a": "\ud83d\ude00"}', name="m.json", syntax="json")  # (a surrogate pair)
+    assert src.data == {"a": "\U0001f600"} and src.values == {}  # (YAML reads two characters)
 
 
 @pytest.mark.parametrize(
