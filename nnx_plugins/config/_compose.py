@@ -223,7 +223,7 @@ def apply_override(source: Source, text: str, budget: Budget) -> Source:
         ConfigError: the argument is not ``KEY=VALUE``, an index is out of range, the path
             runs through a value that is not a mapping or a list, or the value is not YAML.
     """
-    name = f"<override {text}>"
+    name = f"<override {text if len(text) <= 60 else text[:57] + '...'}>"
     budget.add_bytes(len(text.encode("utf-8")), name)
 
     def fail(message: str, column: int = 1, path: Path = ()) -> None:

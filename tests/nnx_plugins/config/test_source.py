@@ -120,7 +120,10 @@ def test_merge_keys_and_aliases():
 
 
 def test_too_deep_nesting_is_an_error():
-    with pytest.raises(ConfigError, match=r"deep:1:102: <root>: the config is nested deeper than max_depth=100 levels"):
+    with pytest.raises(
+        ConfigError,
+        match=r"deep:1:102: <root>: the config is nested deeper than max_depth=100 levels",
+    ):
         read_source("[" * 300 + "]" * 300, name="deep")
 
 
@@ -140,7 +143,8 @@ def test_a_file_that_is_not_utf8(tmp_path):
 
 def test_unreadable_characters_are_yaml_errors():
     with pytest.raises(
-        ConfigError, match=r"m:1:8: <root>: invalid YAML: .*(special|control) characters are not allowed"
+        ConfigError,
+        match=r"m:1:8: <root>: invalid YAML: .*(special|control) characters are not allowed",
     ):
         read_source("model: \x07\n", name="m")
 
@@ -151,7 +155,10 @@ def test_a_mapping_is_copied_and_measured():
     assert copied == {"a": [1, [2, 3]], "b": {"c": None}} and copied["b"] is not data["b"]
     looped: dict = {}
     looped["self"] = looped
-    with pytest.raises(ConfigError, match=r"<dict>: <root>: .*max_depth=100 levels \(here inside self.self.self.self ...\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"<dict>: <root>: .*max_depth=100 levels \(here inside self.self.self.self ...\)",
+    ):
         source_from(looped)
 
 
