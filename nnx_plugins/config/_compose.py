@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -247,6 +248,11 @@ def apply_override(source: Source, text: str, budget: Budget) -> Source:
     try:
         parsed = read_source(text[end + 1 :], name=name, budget=budget)
     except ConfigError as error:  # (its position, moved to the value's place in the argument)
+        if "\n" not in text:  # (an error at the end of the value: at the end of the argument)
+            error.problems = tuple(
+                dataclasses.replace(p, line=1, column=len(text) - end) if (p.line or 1) > 1 else p
+                for p in error.problems
+            )
         raise ConfigError(
             _shifted(
                 Source(name, None, problems=list(error.problems)), end + 1, name, keys

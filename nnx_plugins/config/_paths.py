@@ -6,13 +6,13 @@ in brackets (``plugins.prefer['acme.GatedDense']``). Overrides (``KEY=VALUE``) a
 interpolations (``${KEY}``) both use it.
 
 Example:
-    >>> from nnx_plugins.config._paths import parse_path, split_override
+    >>> from nnx_plugins.config._paths import parse_path, path_prefix
     >>> parse_path("model.layers[1].out_features")
     ('model', 'layers', 1, 'out_features')
     >>> parse_path("plugins.prefer['acme.GatedDense']")
     ('plugins', 'prefer', 'acme.GatedDense')
-    >>> split_override("optimizer.learning_rate.peak_value=3e-3")
-    (('optimizer', 'learning_rate', 'peak_value'), 'optimizer.learning_rate.peak_value', '3e-3')
+    >>> path_prefix("optimizer.learning_rate.peak_value=3e-3")  # (keys, columns, end)
+    (('optimizer', 'learning_rate', 'peak_value'), [1, 11, 25], 34)
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import ast
 import re
 from typing import Any
 
-__all__ = ["PathSyntaxError", "parse_path", "path_prefix", "split_override"]
+__all__ = ["PathSyntaxError", "parse_path", "path_prefix"]
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_\-]*"
 _TOKEN = re.compile(
@@ -102,17 +102,3 @@ def parse_path(text: str) -> tuple[Any, ...]:
             f"unexpected {text[end:][:20]!r} after the path {text[:end]!r}", end + 1
         )
     return keys
-
-
-def split_override(text: str) -> tuple[tuple[Any, ...], str, str]:
-    """Split ``KEY=VALUE`` into the key's path, the key text and the value text.
-
-    Raises:
-        PathSyntaxError: the text before the first ``=`` is not a path, or there is no ``=``.
-    """
-    keys, _, end = path_prefix(text)
-    if end >= len(text) or text[end] != "=":
-        raise PathSyntaxError(
-            f"expected KEY=VALUE: a key path, '=', then a YAML value (got {text[:40]!r})", end + 1
-        )
-    return keys, text[:end], text[end + 1 :]
