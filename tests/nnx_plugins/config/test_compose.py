@@ -41,7 +41,7 @@ def test_mappings_merge_key_by_key_lists_are_replaced_the_includer_wins(tmp_path
     assert source.problem(("train", "steps"), "x").location.endswith("main.yaml:2:16")
     assert source.problem(("train", "seed"), "x").location.endswith("two.yaml:1:15")
     assert source.problem(("train", "batch_size"), "x").location.endswith("one.yaml:1:40")
-    assert source.problem(("list", 0), "x").location.endswith("two.yaml:2:7")
+    assert source.problem(("list", 0), "x").location.endswith("two.yaml:2:8")
     assert source.problem(("only_two", "a", "deeper"), "x").location.endswith("two.yaml:3:15")
     assert source.problem(("train", "seed"), "x", at_key=True).location.endswith("two.yaml:1:9")
 
