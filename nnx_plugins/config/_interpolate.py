@@ -48,6 +48,10 @@ def escape(text: str) -> str:
     return text.replace("${", "\\${")
 
 
+class _Unresolved(Exception):
+    """A reference to a value whose own interpolation failed (already reported there)."""
+
+
 class _Failure(Exception):
     """An interpolation problem at ``path`` (turned into a located `Problem`)."""
 
@@ -95,6 +99,7 @@ class _Resolver:
     def __init__(self, source: Source, budget: Budget):
         self.source, self.budget = source, budget
         self.done: set[Path] = set()
+        self.failed: set[Path] = set()
         self.active: list[Path] = []
 
     def get(self, path: Path) -> Any:
@@ -180,6 +185,8 @@ class _Resolver:
                 raise _Failure(origin, self.unknown(reference, where, value, key))
             value = value[where[-1]]
         self.resolve_within(where, origin)
+        if any(f[: len(where)] == where or where[: len(f)] == f for f in self.failed):
+            raise _Unresolved(origin)
         return self.get(where)
 
     def unknown(self, reference: str, where: Path, value: Any, key: Any) -> str:
@@ -246,7 +253,11 @@ def interpolate(source: Source, budget: Budget) -> frozenset[Path]:
         except _Failure as failure:  # (reported once, where the bad reference is written)
             resolver.active.clear()
             resolver.done.update((path, failure.path))
+            resolver.failed.update((path, failure.path))
             problems.setdefault(failure.path, source.problem(failure.path, failure.message))
-            problems.setdefault(path, problems[failure.path])
-    source.problems.extend(dict.fromkeys(problems.values()))
-    return frozenset(problems)
+        except _Unresolved:
+            resolver.active.clear()
+            resolver.done.add(path)
+            resolver.failed.add(path)
+    source.problems.extend(problems.values())
+    return frozenset(resolver.failed)

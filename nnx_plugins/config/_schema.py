@@ -70,7 +70,10 @@ def _interpolable(schema: Any) -> Any:
     out = {}
     for key, value in schema.items():
         if key in _VALUE_MAPS and isinstance(value, dict) and key != "$defs":
-            out[key] = {name: _or_interpolation(item) for name, item in value.items()}
+            out[key] = {  # (a layer's ``type`` names it: always written out)
+                name: _interpolable(item) if name == "type" else _or_interpolation(item)
+                for name, item in value.items()
+            }
         elif key in _VALUES and isinstance(value, dict):
             out[key] = _or_interpolation(value)
         elif key in _VALUE_LISTS and isinstance(value, list):
@@ -116,10 +119,10 @@ def config_schema(*, registry: Registry | None = None) -> dict[str, Any]:
             "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}],
         },
         "model": dict(_LAYER),
-        "plugins": _or_interpolation(_model_schema(PluginsSection, defs)),
+        "plugins": _interpolable(_model_schema(PluginsSection, defs)),
     }
     for section, model in sorted(registered_sections(registry).items()):
-        properties[section] = _or_interpolation(_model_schema(model, defs))
+        properties[section] = _interpolable(_model_schema(model, defs))
     return {
         "$schema": _DIALECT,
         "title": "nnx config",
