@@ -169,25 +169,6 @@ def test_a_problem_names_the_file_its_value_came_from():
     assert src.problem(("a",), "x").location == "main.yaml:1:1"
 
 
-def test_environment_limits(monkeypatch):
-    monkeypatch.setenv("NNX_CONFIG_MAX_DEPTH", "3")
-    with pytest.raises(ConfigError, match=r"nested deeper than max_depth=3 .*NNX_CONFIG_MAX_DEPTH"):
-        read_source("a: {b: {c: {d: 1}}}\n", name="m")
-    monkeypatch.setenv("NNX_CONFIG_MAX_DEPTH", "lots")
-    with pytest.raises(
-        ConfigError, match=r"environment: <root>: NNX_CONFIG_MAX_DEPTH='lots' is not a positive"
-    ):
-        read_source("a: 1\n", name="m")
-
-
-@pytest.mark.parametrize("value", [0, -1, True, 2.5])
-def test_limits_must_be_positive_integers(value):
-    with pytest.raises(
-        ValueError, match=r"ConfigLimits\(max_nodes=...\) must be a positive integer"
-    ):
-        ConfigLimits(max_nodes=value)
-
-
 def test_special_files_are_refused_before_reading(tmp_path):
     with pytest.raises(ConfigError, match=r"not a regular file \(a directory\)"):
         source_from(tmp_path)
