@@ -34,7 +34,7 @@ from yaml.constructor import SafeConstructor
 from ._errors import ConfigError, Problem
 from ._limits import Budget, ConfigLimits
 
-__all__ = ["Source", "read_source", "read_file", "source_from", "measure"]
+__all__ = ["Source", "read_source", "read_file", "source_from", "measure", "loader_class"]
 
 Path = tuple[Any, ...]
 Position = tuple[int, int]
@@ -44,17 +44,19 @@ _COLLECTION_TAGS = {None, "!", _YAML + "map", _YAML + "seq"}
 _MERGE_TAG = _YAML + "merge"
 
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """The safe loader (libyaml's parser when installed: 20x faster), reading ``1e-3`` and
-    ``3E5`` as numbers the way YAML 1.2 and JSON do (YAML 1.1 needs a dot: ``1.0e-3``)."""
+def loader_class(base: type) -> type:
+    """``base`` (a PyYAML safe loader) reading ``1e-3`` and ``3E5`` as numbers, the way YAML
+    1.2 and JSON do (YAML 1.1 needs a dot: ``1.0e-3``)."""
+    loader = type(f"_Nnx{base.__name__}", (base,), {})
+    loader.add_implicit_resolver(  # type: ignore[attr-defined]
+        _YAML + "float",
+        re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+        list("-+0123456789"),
+    )
+    return loader
 
 
-_Loader.add_implicit_resolver(
-    _YAML + "float",
-    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
-_LOADER = _Loader
+_LOADER = loader_class(getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # (libyaml: 20x faster)
 _KEY = object()  # path element of a value being read as a mapping key
 _MERGE = object()  # the ``<<`` merge key
 

@@ -3,10 +3,12 @@
 import os
 
 import pytest
+import yaml
 
 from nnx_plugins import ConfigError, ConfigLimits
+from nnx_plugins.config import _source as source_module
 from nnx_plugins.config._limits import Budget
-from nnx_plugins.config._source import Source, measure, read_source, source_from
+from nnx_plugins.config._source import Source, loader_class, measure, read_source, source_from
 
 YAML = """\
 model:
@@ -178,3 +180,23 @@ def test_special_files_are_refused_before_reading(tmp_path):
         source_from(fifo)
     with pytest.raises(ConfigError, match=r"not a regular file \(a device or other special"):
         source_from("/dev/zero")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        YAML,
+        "base: &b {x: 1, y: 2}\nuse:\n  <<: *b\n  y: 3\nlist: &l [1e-3, 2]\nagain: *l\n",
+        "a: 1\na: 2\nb: !!set {x}\nc: {d: 1, d: 2}\n? [1]\n: 2\n",
+    ],
+)
+def test_the_pure_python_parser_reads_what_libyaml_reads(monkeypatch, text):
+    fast = read_source(text, name="m")
+    monkeypatch.setattr(source_module, "_LOADER", loader_class(yaml.SafeLoader))
+    slow = read_source(text, name="m")
+    assert (slow.data, slow.values, slow.keys, slow.problems) == (
+        fast.data,
+        fast.values,
+        fast.keys,
+        fast.problems,
+    )
