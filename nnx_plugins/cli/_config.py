@@ -25,7 +25,7 @@ from typing import Any
 from ..config._errors import ConfigError
 from ._output import add_command, console, fail, table
 
-__all__ = ["add_commands", "split_arguments", "usage_error"]
+__all__ = ["add_commands", "split_arguments", "usage_error", "one_file"]
 
 
 def split_arguments(arguments: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -41,6 +41,15 @@ def usage_error(command: str, message: str) -> int:
     """Print a usage error of ``nnx COMMAND`` on stderr; return the exit status 2."""
     print(f"usage: nnx {command}\nnnx: error: {message}", file=sys.stderr)
     return 2
+
+
+def one_file(args: argparse.Namespace, usage: str) -> tuple[str, list[str]] | None:
+    """``(FILE, overrides)`` of a command taking one file; ``None`` after a usage error."""
+    files, overrides = split_arguments([args.file, *args.overrides])
+    if len(files) == 1:
+        return files[0], overrides
+    usage_error(usage, f"give one config FILE, then KEY=VALUE overrides; got files {files}.")
+    return None
 
 
 def _config_validate(args: argparse.Namespace) -> int:
@@ -67,14 +76,11 @@ def _config_validate(args: argparse.Namespace) -> int:
 def _config_show(args: argparse.Namespace) -> int:
     from ..config._load import load_config  # (here: the listing commands stay light)
 
-    files, overrides = split_arguments([args.file, *args.overrides])
-    if len(files) != 1:
-        return usage_error(
-            "config show FILE [KEY=VALUE...]",
-            f"give one config FILE, then KEY=VALUE overrides; got files {files}.",
-        )
+    given = one_file(args, "config show FILE [KEY=VALUE...]")
+    if given is None:
+        return 2
     try:
-        config = load_config(files[0], overrides=overrides)
+        config = load_config(given[0], overrides=given[1])
     except ConfigError as error:
         print(str(error), file=sys.stderr)
         return 1
@@ -110,14 +116,11 @@ def _build(args: argparse.Namespace) -> int:
     from ..config._load import load_config  # (here: the listing commands stay light)
     from ..config._summary import summarize  # (here: the listing commands stay light)
 
-    files, overrides = split_arguments([args.file, *args.overrides])
-    if len(files) != 1:
-        return usage_error(
-            "build FILE [KEY=VALUE...] [--summary]",
-            f"give one config FILE, then KEY=VALUE overrides; got files {files}.",
-        )
+    given = one_file(args, "build FILE [KEY=VALUE...] [--summary]")
+    if given is None:
+        return 2
     try:
-        summary = summarize(load_config(files[0], overrides=overrides))
+        summary = summarize(load_config(given[0], overrides=given[1]))
     except ConfigError as error:
         print(str(error), file=sys.stderr)
         return 1

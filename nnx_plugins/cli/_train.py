@@ -21,7 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from .._errors import NnxError
-from ._config import split_arguments, usage_error
+from ._config import one_file
 
 __all__ = ["add_commands"]
 
@@ -31,17 +31,14 @@ def _train(args: argparse.Namespace) -> int:
     from ..training._loop import train  # (here: listing stays light)
     from ..training._mesh import parse_mesh  # (here: listing stays light)
 
-    files, overrides = split_arguments([args.file, *args.overrides])
-    if len(files) != 1:
-        return usage_error(
-            "train FILE [KEY=VALUE...] [options]",
-            f"give one config FILE, then KEY=VALUE overrides; got files {files}.",
-        )
+    given = one_file(args, "train FILE [KEY=VALUE...] [options]")
+    if given is None:
+        return 2
     console = Console(highlight=False)
     try:
         mesh = parse_mesh(args.mesh) if args.mesh else None
         result = train(
-            load_config(files[0], overrides=overrides),
+            load_config(given[0], overrides=given[1]),
             run_dir=args.run_dir,
             resume=args.resume,
             mesh=mesh,

@@ -29,7 +29,7 @@ from .._text import format_path, suggest
 from ._errors import Problem
 from ._limits import Budget
 from ._paths import PathSyntaxError, parse_path
-from ._source import Path, Source
+from ._source import Path, Source, copy_data
 
 __all__ = ["interpolate", "escape"]
 
@@ -85,14 +85,6 @@ def _count(value: Any) -> int:
     return count
 
 
-def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value
-
-
 class _Resolver:
     """Resolves every interpolation of one `Source`, in place, detecting cycles."""
 
@@ -134,7 +126,7 @@ class _Resolver:
             text = self.get(path)
             whole = _WHOLE.match(text)
             if whole is not None:
-                value = _copy(self.lookup(whole.group(1), path))
+                value = copy_data(self.lookup(whole.group(1), path))
                 self.budget.add_nodes(_count(value), path, *where)
             else:
                 value = _PIECE.sub(lambda m: self.piece(m, path), text)

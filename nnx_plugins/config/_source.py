@@ -34,7 +34,15 @@ from yaml.constructor import SafeConstructor
 from ._errors import ConfigError, Problem
 from ._limits import Budget, ConfigLimits
 
-__all__ = ["Source", "read_source", "read_file", "source_from", "measure", "loader_class"]
+__all__ = [
+    "Source",
+    "read_source",
+    "read_file",
+    "source_from",
+    "measure",
+    "loader_class",
+    "copy_data",
+]
 
 Path = tuple[Any, ...]
 Position = tuple[int, int]
@@ -225,7 +233,7 @@ class _Builder:
         value, size, height = self.anchors[event.anchor]
         self.budget.add_nodes(size, path, self.source.name, _mark(event))
         self.budget.check_depth(len(path) + height, path, self.source.name, _mark(event))
-        return _copy(value), height
+        return copy_data(value), height
 
     def _remember(self, anchor: str | None, value: Any, before: int, height: int) -> None:
         if anchor is not None:
@@ -275,12 +283,12 @@ class _Builder:
         return data
 
 
-def _copy(value: Any) -> Any:
+def copy_data(value: Any) -> Any:
     """A copy of plain data (bounded: its size was counted in the budget)."""
     if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
+        return {k: copy_data(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_copy(v) for v in value]
+        return [copy_data(v) for v in value]
     return value
 
 
