@@ -48,6 +48,7 @@ _EXPORTS = {
     "ConfigError": ".config._errors",
     "Problem": ".config._errors",
     "Config": ".config._load",
+    "ConfigLimits": ".config._limits",
     "load_config": ".config._load",
     "build": ".config._build",
     "to_config": ".config._build",
@@ -101,6 +102,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .config._errors import Problem as Problem
     from .config._fields import LayerSpec as LayerSpec
     from .config._fields import layer_spec as layer_spec
+    from .config._limits import ConfigLimits as ConfigLimits
     from .config._load import Config as Config
     from .config._load import load_config as load_config
     from .config._schema import config_schema as config_schema

@@ -158,18 +158,8 @@ class Walker:
                     f"Valid keys: {', '.join(names)}."
                 )
                 self.add(where, reason, at_key=True)
-            elif kind == "missing":
-                position = self.source.value_position(where[:-1])
-                line, column = position if position else (None, None)
-                self.problems.append(
-                    Problem(
-                        where,
-                        f"missing required key {loc[-1]!r} for {spec.name}.",
-                        self.source.name,
-                        line,
-                        column,
-                    )
-                )
+            elif kind == "missing":  # (located at the node: the file it came from)
+                self.add(where, f"missing required key {loc[-1]!r} for {spec.name}.")
             else:
                 got = (
                     ""

@@ -5,8 +5,8 @@
 softmax cross-entropy classification. The batch of step ``s`` is a pure function of
 ``(train.seed, s)`` and every piece of state (parameters, BatchNorm statistics, Rng counts,
 optimizer moments) is checkpointed, so ``resume=True`` continues to exactly the parameters an
-uninterrupted run reaches. The run directory receives ``metrics.jsonl``, ``metrics.png`` and
-``checkpoints/step_N``.
+uninterrupted run reaches. The run directory receives ``config.yaml`` (the resolved config),
+``metrics.jsonl``, ``metrics.png`` and ``checkpoints/step_N``.
 
 Example:
     >>> import tempfile
@@ -37,6 +37,7 @@ import optax
 
 import nnx_core as nnx
 
+from .._text import os_problem
 from ..config._build import build
 from ..registry._lookup import get_variable_type
 from ._checkpoint import latest_checkpoint, rotate, save, step_directory
@@ -46,7 +47,7 @@ from ._config import config_problem, load_train_config
 from ._data import Dataset, load_dataset
 from ._mesh import batch_placer, make_mesh, replicate_unplaced
 from ._metrics import MetricsLog, Progress, plot_metrics
-from ._run_dir import RunLock, check_new_run, choose_run_dir
+from ._run_dir import RunError, RunLock, check_new_run, choose_run_dir
 
 __all__ = ["TrainResult", "train", "evaluate", "evaluate_model"]
 
@@ -272,6 +273,7 @@ def train(
     place = batch_placer(mesh, config.sections["train"].batch_size)
     with RunLock(plan.run_dir) if _is_main_process() else contextlib.nullcontext():
         check_new_run(plan.run_dir, plan.ckpt_dir, resume)
+        _save_resolved_config(config, plan.run_dir)
         model, optimizer = _setup(plan, mesh)
         with Progress(progress, plan.total, 0, console) as bar:
             start = _resume(plan, model, optimizer, bar) if resume else 0
@@ -297,6 +299,21 @@ def train(
         model,
         optimizer,
     )
+
+
+def _save_resolved_config(config: Any, run_dir: pathlib.Path) -> None:
+    """``config.yaml`` in the run directory: the resolved config (includes, overrides and
+    interpolations applied, defaults filled in); ``nnx train config.yaml`` reproduces the run."""
+    if _is_main_process():
+        temporary = run_dir / ".config.yaml.tmp"
+        try:
+            temporary.write_text(config.to_yaml(), encoding="utf-8")
+            os.replace(temporary, run_dir / "config.yaml")
+        except OSError as error:
+            raise RunError(
+                f"cannot write {run_dir / 'config.yaml'}: {os_problem(error)}. Free space or "
+                "fix permissions, or choose another --run-dir."
+            ) from error
 
 
 def _loop(
