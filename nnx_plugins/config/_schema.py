@@ -60,7 +60,10 @@ def _or_interpolation(schema: Any) -> Any:
         return inner
     if "anyOf" in inner and set(inner) <= {"anyOf", *_ANNOTATIONS}:
         return {**inner, "anyOf": [*inner["anyOf"], _INTERPOLATION]}
-    return {"anyOf": [inner, _INTERPOLATION]}
+    # annotations (the default, the title) stay on the property, where editors show them
+    notes = {k: v for k, v in inner.items() if k in _ANNOTATIONS}
+    kept = {k: v for k, v in inner.items() if k not in _ANNOTATIONS}
+    return {**notes, "anyOf": [kept, _INTERPOLATION]}
 
 
 def _interpolable(schema: Any) -> Any:
