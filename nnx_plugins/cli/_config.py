@@ -19,19 +19,53 @@ from ._output import add_command, console, fail, table
 __all__ = ["add_commands"]
 
 
+def _input_shape(text: str) -> tuple[int, ...]:
+    """``8,8,1`` -> ``(8, 8, 1)``: one example's shape, without the batch axis."""
+    try:
+        shape = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        shape = ()
+    if not shape or any(size < 1 for size in shape):
+        raise argparse.ArgumentTypeError(
+            f"expected positive sizes separated by commas, e.g. 8,8,1 or 64; got {text!r}"
+        )
+    return shape
+
+
+def _data_spec(args: argparse.Namespace) -> Any:
+    if args.input_shape is None:
+        return None
+    import jax  # (here: the listing commands stay light)
+
+    from ..config._shapes import DataSpec  # (here: the listing commands stay light)
+
+    spelled = ",".join(map(str, args.input_shape))
+    example = jax.ShapeDtypeStruct(args.input_shape, args.input_dtype)
+    return DataSpec(example, f"input (--input-shape {spelled})")
+
+
 def _config_validate(args: argparse.Namespace) -> int:
-    from ..config._load import load_config  # (here: the listing commands stay light)
+    from ..config._shapes import check_model, spell  # (here: the listing commands stay light)
 
     status = 0
     screen = console()
+    data = _data_spec(args)
     for path in args.files:
         try:
-            config = load_config(path)
+            check = check_model(path, data=data)
         except ConfigError as error:
             print(str(error), file=sys.stderr)
             status = 1
             continue
-        screen.print(f"{path}: ok ({config.model['type']})")
+        kind = check.config.model["type"]
+        if check.data is None:
+            screen.print(
+                f"{path}: ok ({kind}; layers built abstractly; shapes not checked: give "
+                "--input-shape or a data section)"
+            )
+        else:
+            shapes = f"{spell(check.data.batch)} -> {spell(check.output)}"
+            screen.print(f"{path}: ok ({kind}; {shapes} from the {check.data.origin})")
     return status
 
 
@@ -50,20 +84,14 @@ def _config_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _human(nbytes: int) -> str:
-    size = float(nbytes)
-    for unit in ("B", "KB", "MB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GB"
-
-
 def _build(args: argparse.Namespace) -> int:
     from ..config._summary import summarize  # (here: the listing commands stay light)
+    from ..training._config import load_train_config  # (here: the listing commands stay light)
+    from ..training._memory import human_bytes  # (here: the listing commands stay light)
 
     try:
-        summary = summarize(args.file)
+        config = load_train_config(args.file)
+        summary = summarize(config)
     except ConfigError as error:
         print(str(error), file=sys.stderr)
         return 1
@@ -75,7 +103,7 @@ def _build(args: argparse.Namespace) -> int:
                 layer.type,
                 ", ".join(f"{v.name} {v.shape} {v.dtype} [{v.kind}]" for v in layer.variables),
                 f"{layer.count:,}",
-                _human(layer.nbytes),
+                human_bytes(layer.nbytes),
             )
             for layer in summary.layers
         ]
@@ -86,12 +114,32 @@ def _build(args: argparse.Namespace) -> int:
                 rows,
             )
         )
-        kinds = [(kind, f"{c:,}", _human(b)) for kind, (c, b) in sorted(summary.by_kind.items())]
+        kinds = [
+            (kind, f"{c:,}", human_bytes(b)) for kind, (c, b) in sorted(summary.by_kind.items())
+        ]
         screen.print(table("per Variable kind", ("Kind", "Count", "Bytes"), kinds))
     screen.print(
-        f"total: {summary.total_count:,} values, {_human(summary.total_bytes)} "
+        f"total: {summary.total_count:,} values, {human_bytes(summary.total_bytes)} "
         f"({summary.total_bytes:,} bytes)"
     )
+    return _memory(config, summary.state, allow_large=args.allow_large)
+
+
+def _memory(config: Any, state: Any, *, allow_large: bool) -> int:
+    from ..training import _memory as memory  # (here: the listing commands stay light)
+
+    optimizer = config.sections["optimizer"]
+    kinds = memory.trainable_kinds(optimizer.trainable)
+    estimate = memory.estimate_memory(state, optimizer.make(), kinds)
+    console().print(
+        f"training needs at least {memory.human_bytes(estimate.total_bytes)} (Variables, gradients and "
+        f"{optimizer.type} state; activations not counted)"
+    )
+    try:
+        memory.check_memory(estimate, config, allow_large=allow_large)
+    except ConfigError as error:
+        print(str(error), file=sys.stderr)
+        return 1
     return 0
 
 
@@ -100,8 +148,27 @@ def add_commands(subparsers: Any) -> None:
     config = subparsers.add_parser(
         "config", help="validate configs, print the schema"
     ).add_subparsers(dest="action", metavar="ACTION", required=True)
-    validate = add_command(config, "validate", _config_validate, "validate config files")
+    validate = add_command(
+        config,
+        "validate",
+        _config_validate,
+        "validate config files; with an input shape (a data section or --input-shape), run "
+        "the model abstractly and check every layer's input",
+    )
     validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.add_argument(
+        "--input-shape",
+        type=_input_shape,
+        default=None,
+        metavar="N[,N...]",
+        help="one example's shape without the batch axis, e.g. 8,8,1 (overrides the data section)",
+    )
+    validate.add_argument(
+        "--input-dtype",
+        default="float32",
+        choices=("float32", "float16", "bfloat16", "int32", "int64"),
+        help="the input's dtype with --input-shape (default float32)",
+    )
     schema = add_command(config, "schema", _config_schema, "print the JSON Schema of config files")
     schema.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     build = add_command(subparsers, "build", _build, "build a config abstractly (no allocation)")
@@ -110,4 +177,9 @@ def add_commands(subparsers: Any) -> None:
         "--summary",
         action="store_true",
         help="shapes, counts and bytes per layer and per Variable kind",
+    )
+    build.add_argument(
+        "--allow-large",
+        action="store_true",
+        help="exit 0 even when training would need more memory than is available",
     )

@@ -53,6 +53,7 @@ from ..config._load import load_config
 from ..config._messages import condense
 from ..config._scalars import strict_type
 from ..registry._registry import default_registry
+from ._preflight import data_spec
 
 __all__ = [
     "OptimizerSection",
@@ -523,6 +524,10 @@ class DataSection(pydantic.BaseModel):
     x_test: str = "x_test"
     y_test: str = "y_test"
     test_fraction: Annotated[float, pydantic.Field(gt=0, lt=1, strict=True)] = 0.2
+
+    def data_spec(self, source: str) -> Any:
+        """What this data feeds a model, for `check_model` (``nnx config validate``)."""
+        return data_spec(self, source)
 
     @pydantic.model_validator(mode="after")
     def _path_for_npz(self) -> DataSection:

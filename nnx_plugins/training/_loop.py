@@ -34,18 +34,18 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-import nnx_core
 import nnx_core as nnx
 
 from ..config._build import build
-from ..registry._lookup import get_variable_type
 from ._checkpoint import latest_checkpoint, rotate, save, step_directory
 from ._checkpoint_load import load
 from ._checkpoint_manifest import read_manifest
-from ._config import config_problem, load_train_config
+from ._config import load_train_config
 from ._data import Dataset, load_dataset
+from ._memory import trainable_kinds
 from ._mesh import batch_placer, make_mesh, replicate_unplaced
 from ._metrics import MetricsLog, Progress, plot_metrics
+from ._preflight import preflight
 
 __all__ = ["TrainResult", "train", "evaluate", "evaluate_model"]
 
@@ -106,41 +106,6 @@ def _jitted() -> tuple[Any, Any]:
     if _STEPS is None:
         _STEPS = _steps()
     return _STEPS
-
-
-def _check_outputs(model: Any, data: Dataset, config: Any) -> None:
-
-    x = data.x_train[:2]
-    try:
-        out = nnx.eval_shape(lambda m: m(x), model)
-    except Exception as error:  # noqa: BLE001 - reported with the input shape and the cause
-        raise config_problem(
-            config,
-            ("model",),
-            f"the model cannot take a batch of the data "
-            f"(input shape {x.shape}): {type(error).__name__}: {error}. For a "
-            "convolution use data.layout: NHWC; for Linear first, flat.",
-        ) from error
-    shape = getattr(out, "shape", None)
-    if not isinstance(out, jax.ShapeDtypeStruct) or len(shape) != 2 or shape[-1] < data.num_classes:
-        raise config_problem(
-            config,
-            ("model",),
-            f"the model must return logits of shape (batch, "
-            f"{data.num_classes}) for the {data.num_classes} classes of "
-            f"{data.name}, got {shape}.",
-        )
-
-
-def _trainable(section: Any) -> tuple[type, ...]:
-
-    kinds = []
-    for name in section.trainable:
-        try:
-            kinds.append(nnx_core.variable_type(name))
-        except KeyError:
-            kinds.append(get_variable_type(name))
-    return tuple(kinds)
 
 
 def evaluate_model(model: Any, data: Dataset) -> dict[str, float]:
@@ -215,11 +180,10 @@ def _setup(plan: _Plan, mesh: Any) -> tuple[Any, Any]:
 
     sections = plan.config.sections
     model = build(plan.config, rngs=nnx.Rngs(sections["train"].seed))
-    _check_outputs(model, plan.data, plan.config)
     if mesh is not None:
         nnx.shard(model, mesh)
     optimizer = nnx.Optimizer(
-        model, sections["optimizer"].make(), wrt=_trainable(sections["optimizer"])
+        model, sections["optimizer"].make(), wrt=trainable_kinds(sections["optimizer"].trainable)
     )
     if mesh is not None:
         replicate_unplaced(optimizer, mesh)
@@ -255,6 +219,7 @@ def train(
     progress: bool = True,
     console: Any = None,
     stop_at: int | None = None,
+    allow_large: bool = False,
 ) -> TrainResult:
     """Train the model a config describes; see the module docstring.
 
@@ -270,12 +235,16 @@ def train(
         progress: show a progress bar and the evaluations (``False``: print nothing).
         console: a `rich.console.Console` for the output (default: stdout).
         stop_at: stop after this step (as a preempted job would), checkpointing it.
+        allow_large: train even when the memory estimate (Variables, gradients and optimizer
+            state, from an abstract build) exceeds the memory available.
 
     Returns:
         A `TrainResult`.
 
     Raises:
-        ConfigError: the config is invalid, or the model does not fit the data.
+        ConfigError: the config is invalid, a layer cannot take its input or the output is not
+            logits for the data's classes (reported at the layer), or the run needs more
+            memory than is available and ``allow_large`` is False.
         DataError: a data file cannot be read.
         CheckpointError: ``resume`` found a checkpoint that does not fit.
         ValueError: ``run_dir`` holds checkpoints but ``resume`` is False; a bad ``mesh``.
@@ -287,6 +256,7 @@ def train(
         mesh = make_mesh(mesh)
     train_section = config.sections["train"]
     place = batch_placer(mesh, train_section.batch_size)
+    preflight(config, plan.data, allow_large=allow_large)
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     model, optimizer = _setup(plan, mesh)
     end = plan.total if stop_at is None else min(stop_at, plan.total)
