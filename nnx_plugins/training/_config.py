@@ -523,7 +523,9 @@ class DataSection(pydantic.BaseModel):
     y: str = "y"
     x_test: str = "x_test"
     y_test: str = "y_test"
-    test_fraction: Annotated[float, pydantic.Field(gt=0, lt=1, strict=True)] = 0.2
+    test_fraction: Annotated[
+        float, pydantic.Field(gt=0, lt=1, strict=True, allow_inf_nan=False)
+    ] = 0.2
 
     def data_spec(self, source: str) -> Any:
         """What this data feeds a model, for `check_model` (``nnx config validate``)."""
