@@ -227,10 +227,10 @@ def _field_type(spec: FieldSpec) -> Any:
         return activation_type()
     if spec.kind == "layer":
         return layer_type("optional" if spec.optional else "one")
-    if spec.kind == "layers":
-        return layer_type("list")
-    if spec.kind == "layer_map":
-        return layer_type("dict")
+    if spec.kind in ("layers", "layer_map"):
+        shape = layer_type("list" if spec.kind == "layers" else "dict")
+        varargs = spec.parameter_kind is inspect.Parameter.VAR_POSITIONAL
+        return shape | None if spec.optional and not varargs else shape
     return _plain_type(spec.annotation)
 
 
