@@ -60,14 +60,14 @@ def _config_validate(args: argparse.Namespace) -> int:
         kind = check.config.model["type"]
         if check.data is None:
             screen.print(
-                f"{path}: ok ({kind}; layers built abstractly; shapes not checked: give "
-                "--input-shape or a data section)",
+                f"{path}: ok ({kind}); layers built abstractly; shapes not checked: give "
+                "--input-shape or a data section",
                 soft_wrap=True,
             )
         else:
             shapes = f"{spell(check.data.batch)} -> {spell(check.output)}"
             screen.print(
-                f"{path}: ok ({kind}; {shapes} from the {check.data.origin})", soft_wrap=True
+                f"{path}: ok ({kind}); {shapes} from the {check.data.origin}", soft_wrap=True
             )
     return status
 

@@ -14,7 +14,7 @@ relative paths). The training ``data`` section is one; the config package does n
 Example:
     >>> import jax
     >>> from nnx_plugins import ConfigError
-    >>> from nnx_plugins.config._shapes import DataSpec, check_model
+    >>> from nnx_plugins import DataSpec, check_model
     >>> model = {"type": "Sequential", "layers": [
     ...     {"type": "Linear", "in_features": 64, "out_features": 16},
     ...     {"type": "relu"},

@@ -30,7 +30,7 @@ def test_validate_runs_the_model_on_the_given_input_shape(capsys, tmp_path):
     path.write_text(CONV.replace("num_features: 8", "num_features: 16"))
     code, out, _ = run(capsys, "config", "validate", str(path), "--input-shape", "8,8,1")
     assert code == 0
-    assert "ok (Sequential; float32[2,8,8,1] -> float32[2,8,8,16] from the input" in out
+    assert "ok (Sequential); float32[2,8,8,1] -> float32[2,8,8,16] from the input" in out
 
 
 def test_validate_uses_the_data_section(capsys, tmp_path):
