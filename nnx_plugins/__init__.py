@@ -93,10 +93,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .config._load import Config as Config
     from .config._load import load_config as load_config
     from .config._schema import config_schema as config_schema
+    from .config._sections import register_section as register_section
     from .config._shapes import DataSpec as DataSpec
     from .config._shapes import ModelCheck as ModelCheck
     from .config._shapes import check_model as check_model
-    from .config._sections import register_section as register_section
     from .registry._discovery import Settings as Settings
     from .registry._errors import NameCollisionError as NameCollisionError
     from .registry._errors import PluginError as PluginError

@@ -15,6 +15,8 @@ from nnx_plugins import ConfigError, train
 from nnx_plugins.cli._main import main
 from nnx_plugins.training._config import load_train_config
 
+from ..corpus import HUGE
+
 LINEAR = "model: {type: Linear, in_features: 64, out_features: 10}\n"
 
 
@@ -201,18 +203,6 @@ def test_optax_refusals_are_config_errors_before_make(tmp_path):
     }
     with pytest.raises(ConfigError, match=r"optimizer\.learning_rate\.decay_steps: optax\."):
         load_train_config(config)
-
-
-HUGE = """\
-model:
-  type: Sequential
-  layers:
-    - {type: Linear, in_features: 64, out_features: 1000000}
-    - {type: Linear, in_features: 1000000, out_features: 1000000}
-    - {type: Linear, in_features: 1000000, out_features: 10}
-data: {type: digits, layout: flat}
-train: {steps: 1}
-"""
 
 
 def test_a_model_of_a_trillion_parameters_is_refused_with_the_size_it_needs(tmp_path):
