@@ -54,6 +54,9 @@ _EXPORTS = {
     "to_config": ".config._build",
     "register_section": ".config._sections",
     "config_schema": ".config._schema",
+    "check_model": ".config._shapes",
+    "DataSpec": ".config._shapes",
+    "ModelCheck": ".config._shapes",
     "layer_spec": ".config._fields",
     "LayerSpec": ".config._fields",
     # training and checkpoints
@@ -107,6 +110,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .config._load import load_config as load_config
     from .config._schema import config_schema as config_schema
     from .config._sections import register_section as register_section
+    from .config._shapes import DataSpec as DataSpec
+    from .config._shapes import ModelCheck as ModelCheck
+    from .config._shapes import check_model as check_model
     from .registry._discovery import Settings as Settings
     from .registry._errors import NameCollisionError as NameCollisionError
     from .registry._errors import PluginError as PluginError

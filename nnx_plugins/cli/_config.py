@@ -52,8 +52,34 @@ def one_file(args: argparse.Namespace, usage: str) -> tuple[str, list[str]] | No
     return None
 
 
+def _input_shape(text: str) -> tuple[int, ...]:
+    """``8,8,1`` -> ``(8, 8, 1)``: one example's shape, without the batch axis."""
+    try:
+        shape = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        shape = ()
+    if not shape or any(size < 1 for size in shape):
+        raise argparse.ArgumentTypeError(
+            f"expected positive sizes separated by commas, e.g. 8,8,1 or 64; got {text!r}"
+        )
+    return shape
+
+
+def _data_spec(args: argparse.Namespace) -> Any:
+    if args.input_shape is None:
+        return None
+    import jax  # (here: the listing commands stay light)
+
+    from ..config._shapes import DataSpec  # (here: the listing commands stay light)
+
+    spelled = ",".join(map(str, args.input_shape))
+    example = jax.ShapeDtypeStruct(args.input_shape, args.input_dtype)
+    return DataSpec(example, f"input (--input-shape {spelled})")
+
+
 def _config_validate(args: argparse.Namespace) -> int:
     from ..config._load import load_config  # (here: the listing commands stay light)
+    from ..config._shapes import check_model, spell  # (here: the listing commands stay light)
 
     files, overrides = split_arguments([*args.files, *args.overrides])
     if not files:
@@ -62,14 +88,26 @@ def _config_validate(args: argparse.Namespace) -> int:
         )
     status = 0
     screen = console()
+    data = _data_spec(args)
     for path in files:
         try:
-            config = load_config(path, overrides=overrides)
+            check = check_model(load_config(path, overrides=overrides), data=data)
         except ConfigError as error:
             print(str(error), file=sys.stderr)
             status = 1
             continue
-        screen.print(f"{path}: ok ({config.model['type']})")
+        kind = check.config.model["type"]
+        if check.data is None:
+            screen.print(
+                f"{path}: ok ({kind}); layers built abstractly; shapes not checked: give "
+                "--input-shape or a data section",
+                soft_wrap=True,
+            )
+        else:
+            shapes = f"{spell(check.data.batch)} -> {spell(check.output)}"
+            screen.print(
+                f"{path}: ok ({kind}); {shapes} from the {check.data.origin}", soft_wrap=True
+            )
     return status
 
 
@@ -103,24 +141,18 @@ def _config_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _human(nbytes: int) -> str:
-    size = float(nbytes)
-    for unit in ("B", "KB", "MB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GB"
-
-
 def _build(args: argparse.Namespace) -> int:
     from ..config._load import load_config  # (here: the listing commands stay light)
     from ..config._summary import summarize  # (here: the listing commands stay light)
+    from ..training._config import load_train_config  # (here: the listing commands stay light)
+    from ..training._memory import human_bytes  # (here: the listing commands stay light)
 
     given = one_file(args, "build FILE [KEY=VALUE...] [--summary]")
     if given is None:
         return 2
     try:
-        summary = summarize(load_config(given[0], overrides=given[1]))
+        config = load_train_config(load_config(given[0], overrides=given[1]))
+        summary = summarize(config)
     except ConfigError as error:
         print(str(error), file=sys.stderr)
         return 1
@@ -132,23 +164,43 @@ def _build(args: argparse.Namespace) -> int:
                 layer.type,
                 ", ".join(f"{v.name} {v.shape} {v.dtype} [{v.kind}]" for v in layer.variables),
                 f"{layer.count:,}",
-                _human(layer.nbytes),
+                human_bytes(layer.nbytes),
             )
             for layer in summary.layers
         ]
         screen.print(
             table(
-                f"{args.file} (built abstractly, nothing allocated)",
+                f"{given[0]} (built abstractly, nothing allocated)",
                 ("Layer", "Type", "Variables", "Count", "Bytes"),
                 rows,
             )
         )
-        kinds = [(kind, f"{c:,}", _human(b)) for kind, (c, b) in sorted(summary.by_kind.items())]
+        kinds = [
+            (kind, f"{c:,}", human_bytes(b)) for kind, (c, b) in sorted(summary.by_kind.items())
+        ]
         screen.print(table("per Variable kind", ("Kind", "Count", "Bytes"), kinds))
     screen.print(
-        f"total: {summary.total_count:,} values, {_human(summary.total_bytes)} "
+        f"total: {summary.total_count:,} values, {human_bytes(summary.total_bytes)} "
         f"({summary.total_bytes:,} bytes)"
     )
+    return _memory(config, summary.state, allow_large=args.allow_large)
+
+
+def _memory(config: Any, state: Any, *, allow_large: bool) -> int:
+    from ..training import _memory as memory  # (here: the listing commands stay light)
+
+    optimizer = config.sections["optimizer"]
+    kinds = memory.trainable_kinds(optimizer.trainable)
+    estimate = memory.estimate_memory(state, optimizer.make(), kinds)
+    console().print(
+        f"training needs at least {memory.human_bytes(estimate.total_bytes)} (Variables, gradients and "
+        f"{optimizer.type} state; activations not counted)"
+    )
+    try:
+        memory.check_memory(estimate, config, allow_large=allow_large)
+    except ConfigError as error:
+        print(str(error), file=sys.stderr)
+        return 1
     return 0
 
 
@@ -162,11 +214,30 @@ def add_commands(subparsers: Any) -> None:
     config = subparsers.add_parser(
         "config", help="validate configs, show the resolved config, print the schema"
     ).add_subparsers(dest="action", metavar="ACTION", required=True)
-    validate = add_command(config, "validate", _config_validate, "validate config files")
+    validate = add_command(
+        config,
+        "validate",
+        _config_validate,
+        "validate config files; with an input shape (a data section or --input-shape), run "
+        "the model abstractly and check every layer's input",
+    )
     validate.add_argument(
         "files", nargs="+", metavar="FILE [KEY=VALUE]", help="config files, then overrides"
     )
     validate.set_defaults(overrides=[])
+    validate.add_argument(
+        "--input-shape",
+        type=_input_shape,
+        default=None,
+        metavar="N[,N...]",
+        help="one example's shape without the batch axis, e.g. 8,8,1 (overrides the data section)",
+    )
+    validate.add_argument(
+        "--input-dtype",
+        default="float32",
+        choices=("float32", "float16", "bfloat16", "int32", "int64"),
+        help="the input's dtype with --input-shape (default float32)",
+    )
     show = add_command(
         config,
         "show",
@@ -185,4 +256,9 @@ def add_commands(subparsers: Any) -> None:
         "--summary",
         action="store_true",
         help="shapes, counts and bytes per layer and per Variable kind",
+    )
+    build.add_argument(
+        "--allow-large",
+        action="store_true",
+        help="exit 0 even when training would need more memory than is available",
     )

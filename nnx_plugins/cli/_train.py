@@ -45,6 +45,7 @@ def _train(args: argparse.Namespace) -> int:
             mesh=mesh,
             progress=not args.no_progress,
             console=console,
+            allow_large=args.allow_large,
         )
     except RunError as error:  # the run directory, the devices, the batch
         print(f"nnx: error: {error}", file=sys.stderr)
@@ -121,6 +122,11 @@ def add_commands(subparsers: Any) -> None:
         help="data-parallel (and model-sharded) training over N*M devices",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--allow-large",
+        action="store_true",
+        help="train even when the memory estimate exceeds the memory available",
+    )
 
     text = "evaluate a checkpoint on the test split of a config's data"
     parser = subparsers.add_parser("eval", help=text, description=text)

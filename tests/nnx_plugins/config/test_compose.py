@@ -255,7 +255,7 @@ def test_an_override_of_an_included_value_is_validated_at_the_argument(tmp_path)
         [
             "<override model.out_features=many>:1:20",
             "model.out_features",
-            "Input should be a valid integer, unable to parse string as an integer (got str 'many').",
+            "Input should be a valid integer (got str 'many').",
         ],
         [
             "<override model.in_feature=2>:1:7",
