@@ -31,7 +31,7 @@ import typing
 from typing import Annotated, Any
 
 from annotated_types import Interval
-from pydantic import AllowInfNan, Strict
+from pydantic import AllowInfNan, BeforeValidator, Strict
 
 __all__ = ["INT_MIN", "INT_MAX", "strict_type", "STRICT_INT", "STRICT_FLOAT"]
 
@@ -45,6 +45,18 @@ _SCALARS: dict[Any, Any] = {
     bool: Annotated[bool, Strict()],
     str: Annotated[str, Strict()],
 }
+
+
+def _int_key(value: Any) -> Any:
+    """A mapping key written as a JSON key (``"0"``) read as the integer it spells."""
+    if isinstance(value, str) and value.lstrip("-").isdigit() and len(value) <= 20:
+        return int(value)
+    return value
+
+
+# JSON object keys are strings, and normalized configs are JSON: an ``int`` mapping key
+# accepts ``"3"`` as well as ``3`` (but still never a bool or ``"three"``).
+_INT_KEY = Annotated[int, BeforeValidator(_int_key), Strict(), Interval(ge=INT_MIN, le=INT_MAX)]
 _UNIONS = (typing.Union, types.UnionType)
 _CONTAINERS = {
     list: list,
@@ -72,5 +84,7 @@ def strict_type(annotation: Any) -> Any:
         return functools.reduce(operator.or_, [strict_type(a) for a in args])
     if origin in _CONTAINERS and args:
         items = tuple(a if a is Ellipsis else strict_type(a) for a in args)
+        if origin in (dict, cabc.Mapping) and args[0] is int:
+            items = (_INT_KEY, *items[1:])
         return _CONTAINERS[origin][items if len(items) > 1 else items[0]]
     return annotation

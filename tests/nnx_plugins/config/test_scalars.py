@@ -59,3 +59,10 @@ def test_constraints_reach_the_json_schema():
 def test_unknown_annotations_are_unchanged():
     assert strict_type(typing.Any) is typing.Any
     assert strict_type(bytes) is bytes
+
+
+def test_an_int_mapping_key_accepts_the_json_spelling_only():
+    assert validate(dict[int, int], {"0": 3, 1: 4, "-2": 5}) == {0: 3, 1: 4, -2: 5}
+    for bad in ({"zero": 3}, {True: 3}, {"1.5": 3}):
+        with pytest.raises(pydantic.ValidationError, match="valid integer"):
+            validate(dict[int, int], bad)
