@@ -12,6 +12,7 @@ from nnx_core import Cache, Module, Rngs, RngStream
 
 from . import initializers
 from ._checks import Dtype, as_input, check_positive_int, metadata
+from ._constraints import Rate, Size
 from ._dot_product_attention import dot_product_attention
 from ._linear_general import LinearGeneral
 from ._normalization import LayerNorm
@@ -141,17 +142,17 @@ class MultiHeadAttention(Module):
 
     def __init__(
         self,
-        num_heads: int,
-        in_features: int,
-        qkv_features: int | None = None,
-        out_features: int | None = None,
-        num_kv_heads: int | None = None,
+        num_heads: Size,
+        in_features: Size,
+        qkv_features: Size | None = None,
+        out_features: Size | None = None,
+        num_kv_heads: Size | None = None,
         *,
-        in_kv_features: int | None = None,
+        in_kv_features: Size | None = None,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         broadcast_dropout: bool = True,
-        dropout_rate: float = 0.0,
+        dropout_rate: Rate = 0.0,
         deterministic: bool | None = None,
         precision: Any = None,
         kernel_init: Initializer = _DEFAULT_KERNEL_INIT,

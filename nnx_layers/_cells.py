@@ -17,6 +17,7 @@ from nnx_core import Module, Rngs, RngStream
 
 from . import initializers
 from ._checks import Dtype, as_input, check_last_axis, check_positive_int, metadata
+from ._constraints import Size
 from ._linear import Linear
 from .activations import sigmoid, tanh
 from .initializers import Initializer
@@ -172,8 +173,8 @@ class _GatedCell(RNNCellBase):
 
     def __init__(
         self,
-        in_features: int,
-        hidden_features: int,
+        in_features: Size,
+        hidden_features: Size,
         *,
         gate_fn: Callable[[jax.Array], jax.Array] = sigmoid,
         activation_fn: Callable[[jax.Array], jax.Array] = tanh,
@@ -434,8 +435,8 @@ class SimpleCell(RNNCellBase):
 
     def __init__(
         self,
-        in_features: int,
-        hidden_features: int,
+        in_features: Size,
+        hidden_features: Size,
         *,
         dtype: Dtype | None = jnp.float32,
         param_dtype: Dtype = jnp.float32,

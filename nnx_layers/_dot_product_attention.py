@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from nnx_core import Intermediate, Module
 
 from ._checks import Dtype, promote_dtype
+from ._constraints import Rate
 
 __all__ = ["dot_product_attention", "dot_product_attention_weights"]
 
@@ -75,7 +76,7 @@ def dot_product_attention_weights(
     *,
     broadcast_dropout: bool = True,
     dropout_rng: jax.Array | None = None,
-    dropout_rate: float = 0.0,
+    dropout_rate: Rate = 0.0,
     deterministic: bool = False,
     dtype: Dtype | None = None,
     precision: Any = None,
@@ -183,7 +184,7 @@ def dot_product_attention(
     *,
     broadcast_dropout: bool = True,
     dropout_rng: jax.Array | None = None,
-    dropout_rate: float = 0.0,
+    dropout_rate: Rate = 0.0,
     deterministic: bool = False,
     dtype: Dtype | None = None,
     precision: Any = None,

@@ -25,6 +25,7 @@ from ._checks import (
     metadata,
     promote_dtype,
 )
+from ._constraints import NonNegative, Size
 from ._norm_stats import affine_params, check_epsilon, moments, normalize, param_value
 from .initializers import Initializer
 
@@ -123,11 +124,11 @@ class GroupNorm(Module):
 
     def __init__(
         self,
-        num_features: int,
-        num_groups: int | None = 32,
-        group_size: int | None = None,
+        num_features: Size,
+        num_groups: Size | None = 32,
+        group_size: Size | None = None,
         *,
-        epsilon: float = 1e-6,
+        epsilon: NonNegative = 1e-6,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         use_bias: bool = True,
@@ -248,9 +249,9 @@ class InstanceNorm(Module):
 
     def __init__(
         self,
-        num_features: int,
+        num_features: Size,
         *,
-        epsilon: float = 1e-6,
+        epsilon: NonNegative = 1e-6,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         use_bias: bool = True,

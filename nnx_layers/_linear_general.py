@@ -13,6 +13,7 @@ from nnx_core import Module, Param, Rngs
 
 from . import initializers
 from ._checks import Dtype, as_input, metadata, promote_dtype
+from ._constraints import Sizes
 from .initializers import Initializer
 
 __all__ = ["LinearGeneral", "Einsum"]
@@ -136,8 +137,8 @@ class LinearGeneral(Module):
 
     def __init__(
         self,
-        in_features: int | Sequence[int],
-        out_features: int | Sequence[int],
+        in_features: Sizes,
+        out_features: Sizes,
         *,
         axis: int | Sequence[int] = -1,
         batch_axis: Mapping[int, int] = _EMPTY,

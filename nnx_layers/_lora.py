@@ -11,6 +11,7 @@ from nnx_core import Module, Param, Rngs, Variable, variable_name, variable_type
 
 from . import initializers
 from ._checks import Dtype, as_input, check_last_axis, check_positive_int, metadata, promote_dtype
+from ._constraints import Size
 from ._linear import Linear
 from .initializers import Initializer
 
@@ -108,9 +109,9 @@ class LoRA(Module):
 
     def __init__(
         self,
-        in_features: int,
-        lora_rank: int,
-        out_features: int,
+        in_features: Size,
+        lora_rank: Size,
+        out_features: Size,
         *,
         base_module: Module | None = None,
         dtype: Dtype | None = None,
@@ -210,10 +211,10 @@ class LoRALinear(Linear):
 
     def __init__(
         self,
-        in_features: int,
-        out_features: int,
+        in_features: Size,
+        out_features: Size,
         *,
-        lora_rank: int,
+        lora_rank: Size,
         lora_dtype: Dtype | None = None,
         lora_param_dtype: Dtype = jnp.float32,
         a_initializer: Initializer = _DEFAULT_A_INIT,

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from ._checks import as_input
+from ._constraints import Size
 
 __all__ = ["pool", "avg_pool", "max_pool", "min_pool"]
 
@@ -116,7 +117,7 @@ def pool(
     inputs: jax.Array,
     init: Any,
     reduce_fn: Callable[[Any, Any], Any],
-    window_shape: Sequence[int],
+    window_shape: Sequence[Size],
     strides: int | Sequence[int] | None = None,
     *,
     padding: PoolPadding = "VALID",
@@ -157,7 +158,7 @@ def pool(
 
 def avg_pool(
     inputs: jax.Array,
-    window_shape: Sequence[int],
+    window_shape: Sequence[Size],
     strides: int | Sequence[int] | None = None,
     padding: PoolPadding = "VALID",
     count_include_pad: bool = True,
@@ -227,7 +228,7 @@ def _extreme_pool(
 
 def max_pool(
     inputs: jax.Array,
-    window_shape: Sequence[int],
+    window_shape: Sequence[Size],
     strides: int | Sequence[int] | None = None,
     padding: PoolPadding = "VALID",
 ) -> jax.Array:
@@ -260,7 +261,7 @@ def max_pool(
 
 def min_pool(
     inputs: jax.Array,
-    window_shape: Sequence[int],
+    window_shape: Sequence[Size],
     strides: int | Sequence[int] | None = None,
     padding: PoolPadding = "VALID",
 ) -> jax.Array:

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from nnx_core import Module, Param, Rngs, RngStream, State, merge, split, update
 
 from ._cells import RNNCellBase
+from ._constraints import Size
 
 __all__ = ["RNN", "Bidirectional"]
 
@@ -135,7 +136,7 @@ class RNN(Module):
         return_carry: bool = False,
         reverse: bool = False,
         keep_order: bool = False,
-        unroll: int = 1,
+        unroll: Size = 1,
         rngs: Rngs | RngStream | bool = True,
     ):
         self.cell = cell

@@ -29,6 +29,7 @@ from nnx_core import (
 
 from . import initializers
 from ._checks import Dtype, canonical_axes, frozen
+from ._constraints import Count, NonNegative
 from ._norm_stats import check_epsilon
 from .initializers import Initializer
 
@@ -115,7 +116,7 @@ class WeightNorm(Module):
         feature_axes: int | Sequence[int] | None = -1,
         use_scale: bool = True,
         scale_init: Initializer = initializers.ones,
-        epsilon: float = 1e-12,
+        epsilon: NonNegative = 1e-12,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         variable_filter: Any = _KERNELS,
@@ -218,8 +219,8 @@ class SpectralNorm(Module):
         self,
         layer_instance: Module,
         *,
-        n_steps: int = 1,
-        epsilon: float = 1e-12,
+        n_steps: Count = 1,
+        epsilon: NonNegative = 1e-12,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         error_on_non_matrix: bool = False,

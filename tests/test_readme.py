@@ -18,7 +18,9 @@ def test_tour_python_and_config(tmp_path, monkeypatch):
     python, config = _blocks("python"), _blocks("yaml")
     ns: dict = {}
     exec(python[0], ns)  # the model, the optimizer and the jitted train step
-    loss = ns["train_step"](ns["model"], ns["optimizer"], jnp.ones((8, 64)), jnp.zeros(8, jnp.int32))
+    loss = ns["train_step"](
+        ns["model"], ns["optimizer"], jnp.ones((8, 64)), jnp.zeros(8, jnp.int32)
+    )
     assert loss.shape == () and int(ns["optimizer"].step.value) == 1
     monkeypatch.chdir(tmp_path)
     (tmp_path / "model.yaml").write_text(config[0])

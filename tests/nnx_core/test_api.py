@@ -27,7 +27,7 @@ def paths(state):
 
 
 # -- the contract's seed example ------------------------------------------------------------------
-SEED = '''
+SEED = """
 import jax
 import jax.numpy as jnp
 import nnx_core as nnx
@@ -49,7 +49,7 @@ counts = [
 ]
 plain = nnx.All(nnx.Variable, nnx.Not(nnx.Param), nnx.Not(BatchStat), nnx.Not(nnx.Cache))
 counts.append(len(jax.tree_util.tree_leaves(nnx.state(m, plain))))          # 1
-'''
+"""
 
 
 def test_the_seed_example_runs_unchanged():
@@ -162,8 +162,9 @@ def test_unhashable_static_values_are_kept_by_identity():
     assert merged.config["sizes"] is m.config["sizes"]
 
 
-@pytest.mark.parametrize("root", [[nnx.Param(jnp.ones(1))], {"a": nnx.Param(jnp.ones(1))},
-                                  (nnx.Param(jnp.ones(1)), 2)])
+@pytest.mark.parametrize(
+    "root", [[nnx.Param(jnp.ones(1))], {"a": nnx.Param(jnp.ones(1))}, (nnx.Param(jnp.ones(1)), 2)]
+)
 def test_plain_containers_are_valid_roots(root):
     graphdef, state = nnx.split(root)
     merged = nnx.merge(graphdef, state)
@@ -172,20 +173,28 @@ def test_plain_containers_are_valid_roots(root):
 
 
 @pytest.mark.parametrize(
-    "root, name", [(nnx.Param(jnp.ones(1)), "Param"), (jnp.ones(1), "ArrayImpl"),
-                   (np.ones(1), "ndarray")])
+    "root, name",
+    [(nnx.Param(jnp.ones(1)), "Param"), (jnp.ones(1), "ArrayImpl"), (np.ones(1), "ndarray")],
+)
 @pytest.mark.parametrize("api", [nnx.split, nnx.state, nnx.graphdef, nnx.clone])
 def test_a_bare_variable_or_array_is_not_a_graph(root, name, api):
-    with pytest.raises(TypeError, match=rf"expects a graph node .*got a bare {name}, which has "
-                                        r"no path inside a graph"):
+    with pytest.raises(
+        TypeError,
+        match=rf"expects a graph node .*got a bare {name}, which has "
+        r"no path inside a graph",
+    ):
         api(root)
 
 
 @pytest.mark.parametrize(
     "states, error, match",
     [
-        ((), ValueError, r"merge: the states do not match the GraphDef\. Missing: w\. Pass every "
-                         r"State returned by split"),
+        (
+            (),
+            ValueError,
+            r"merge: the states do not match the GraphDef\. Missing: w\. Pass every "
+            r"State returned by split",
+        ),
         (({"w": jnp.ones(2), "x": jnp.ones(1)},), ValueError, r"Unexpected: x\."),
         (({"w": {"deep": jnp.ones(2)}},), ValueError, r"Missing: w\. Unexpected: w\.deep\."),
     ],
@@ -246,8 +255,11 @@ def test_update_writes_raw_arrays_in_lists_and_dicts():
 
 
 def test_update_an_unknown_path_raises():
-    with pytest.raises(KeyError, match=r"update: nope does not exist in Leaf\. Known paths "
-                                       r"include: w\."):
+    with pytest.raises(
+        KeyError,
+        match=r"update: nope does not exist in Leaf\. Known paths "
+        r"include: w\.",
+    ):
         nnx.update(Leaf(1), {"nope": jnp.ones(1)})
 
 
@@ -264,7 +276,11 @@ class Sown(nnx.Module):
         self.w = nnx.Param(jnp.ones(1))
         self.seen = nnx.Intermediate((1,))
         self.items = [nnx.Intermediate(0), nnx.Param(jnp.ones(1)), nnx.Intermediate(2)]
-        self.by_key = {0: nnx.Intermediate(0), "a": nnx.Intermediate(1), "p": nnx.Param(jnp.ones(1))}
+        self.by_key = {
+            0: nnx.Intermediate(0),
+            "a": nnx.Intermediate(1),
+            "p": nnx.Param(jnp.ones(1)),
+        }
 
 
 def test_pop_removes_and_returns_the_matching_variables():
@@ -284,16 +300,22 @@ def test_pop_with_several_filters():
 
 
 def test_pop_needs_a_filter():
-    with pytest.raises(TypeError, match=r"pop needs at least one filter, e\.g\. "
-                                        r"nnx\.pop\(model, nnx\.Intermediate\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"pop needs at least one filter, e\.g\. "
+        r"nnx\.pop\(model, nnx\.Intermediate\)",
+    ):
         nnx.pop(Sown())
 
 
 def test_a_failing_pop_changes_nothing():
     m = Sown()
     m.frozen = (nnx.Intermediate(3),)
-    with pytest.raises(TypeError, match=r"pop: cannot remove frozen\[0\] from a tuple; hold it "
-                                        r"in a list, dict or Module attribute instead"):
+    with pytest.raises(
+        TypeError,
+        match=r"pop: cannot remove frozen\[0\] from a tuple; hold it "
+        r"in a list, dict or Module attribute instead",
+    ):
         nnx.pop(m, nnx.Intermediate)
     assert "seen" in vars(m) and len(m.items) == 3
     assert "seen" in nnx.state(m)
@@ -304,7 +326,10 @@ def test_iter_graph_yields_every_node_and_leaf_once_root_first():
     m = SharedSub()
     found = [(nnx.format_path(p), type(x).__name__) for p, x in nnx.iter_graph(m)]
     assert found == [
-        ("<root>", "SharedSub"), ("a", "Leaf"), ("a.w", "Param"), ("many", "list"),
+        ("<root>", "SharedSub"),
+        ("a", "Leaf"),
+        ("a.w", "Param"),
+        ("many", "list"),
         ("many[1]", "dict"),
     ]
 

@@ -43,8 +43,10 @@ def paths(state):
         (None, []),
         (False, []),
         (lambda path, value: "sub" in path, ["sub.k", "sub.n"]),
-        (lambda path, value: getattr(value, "shape", None) == (1,),
-         ["cache", "layers[0]", "sub.k", "sub.n"]),
+        (
+            lambda path, value: getattr(value, "shape", None) == (1,),
+            ["cache", "layers[0]", "sub.k", "sub.n"],
+        ),
         ((nnx.BatchStat, nnx.Cache), ["cache", "stat"]),
         ([nnx.BatchStat, "tests.filters.Kind"], ["stat", "sub.k"]),
         ((), []),
@@ -67,8 +69,10 @@ def paths(state):
         (nnx.PathContains("su", exact=False), ["sub.k", "sub.n"]),
         (nnx.PathContains("su"), []),
         (nnx.PathContains(0, exact=False), ["layers[0]"]),
-        (nnx.All(nnx.Variable, nnx.Not(nnx.Param), nnx.Not(nnx.BatchStat), nnx.Not(nnx.Cache)),
-         ["sub.n"]),
+        (
+            nnx.All(nnx.Variable, nnx.Not(nnx.Param), nnx.Not(nnx.BatchStat), nnx.Not(nnx.Cache)),
+            ["sub.n"],
+        ),
     ],
 )
 def test_filter_forms_select_the_expected_paths(filter_, expected):
@@ -116,7 +120,8 @@ def test_combinators_are_hashable_and_compare_by_structure():
     assert hash(nnx.All(nnx.Param)) == hash(nnx.All(nnx.Param))
     assert nnx.Any(nnx.Param) != nnx.All(nnx.Param)
     assert nnx.Not(nnx.Param) == nnx.Not("Param") and hash(nnx.Not(nnx.Param)) == hash(
-        nnx.Not(nnx.Param))
+        nnx.Not(nnx.Param)
+    )
     assert nnx.Not(nnx.Param) != nnx.Not(nnx.Cache)
     assert nnx.PathContains("a") == nnx.PathContains("a")
     assert len({nnx.OfType(nnx.Param), nnx.OfType(nnx.Param)}) == 1
@@ -155,8 +160,11 @@ def test_non_exhaustive_split_names_the_unmatched_paths(call):
 
 def test_many_unmatched_paths_are_elided():
     many = {f"v{i:02d}": nnx.Cache(np.zeros(1)) for i in range(13)}
-    with pytest.raises(ValueError, match=r"leave 13 value\(s\) unmatched: v00 \(Cache\), .*"
-                       r"v09 \(Cache\) and 3 more\."):
+    with pytest.raises(
+        ValueError,
+        match=r"leave 13 value\(s\) unmatched: v00 \(Cache\), .*"
+        r"v09 \(Cache\) and 3 more\.",
+    ):
         nnx.split(many, nnx.Param)
 
 
@@ -174,8 +182,11 @@ def test_many_unmatched_paths_are_elided():
 @pytest.mark.parametrize(
     "filters, match",
     [
-        ((..., nnx.Param), r"`...` \(everything\) may only be the last filter, but it is filter 0 "
-                           r"of 2: \('...', 'Param'\)\. Move it to the end\."),
+        (
+            (..., nnx.Param),
+            r"`...` \(everything\) may only be the last filter, but it is filter 0 "
+            r"of 2: \('...', 'Param'\)\. Move it to the end\.",
+        ),
         ((nnx.Param, True, nnx.Cache), r"it is filter 1 of 3: \('Param', 'True', 'Cache'\)"),
     ],
 )
@@ -187,8 +198,11 @@ def test_everything_must_be_the_last_filter(call, filters, match):
 @pytest.mark.parametrize(
     "filter_, match",
     [
-        (3, r"Invalid filter 3 of type int\. A filter is a Variable type, a registered kind "
-            r"name, \.\.\., True, None, False, a tuple of filters, or a callable"),
+        (
+            3,
+            r"Invalid filter 3 of type int\. A filter is a Variable type, a registered kind "
+            r"name, \.\.\., True, None, False, a tuple of filters, or a callable",
+        ),
         (1.5, "Invalid filter 1.5 of type float"),
         ((nnx.Param, {"a": 1}), r"Invalid filter \{'a': 1\} of type dict"),
         ((nnx.Param, (nnx.Cache, b"x")), r"Invalid filter b'x' of type bytes"),
@@ -208,13 +222,18 @@ def test_combinators_reject_invalid_filters_when_built():
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: nnx.to_predicate("tests.filters.NoSuchKind"),
-     lambda: nnx.state(Model(), "tests.filters.NoSuchKind"),
-     lambda: nnx.All(nnx.Param, "tests.filters.NoSuchKind")],
+    [
+        lambda: nnx.to_predicate("tests.filters.NoSuchKind"),
+        lambda: nnx.state(Model(), "tests.filters.NoSuchKind"),
+        lambda: nnx.All(nnx.Param, "tests.filters.NoSuchKind"),
+    ],
 )
 def test_an_unknown_kind_name_raises(make):
-    with pytest.raises(KeyError, match=r"No Variable kind is registered as "
-                                       r"'tests.filters.NoSuchKind'\. Registered kinds: .*Param"):
+    with pytest.raises(
+        KeyError,
+        match=r"No Variable kind is registered as "
+        r"'tests.filters.NoSuchKind'\. Registered kinds: .*Param",
+    ):
         make()
 
 
@@ -239,8 +258,11 @@ def test_everything_and_nothing_are_the_same_object_bare_or_called():
 
 @pytest.mark.parametrize("constant", [nnx.Everything, nnx.Nothing])
 def test_constant_filters_take_no_or_two_arguments(constant):
-    with pytest.raises(TypeError, match=rf"{constant!r} is a filter: use it as {constant!r} or "
-                                        rf"{constant!r}\(\).*got 1 argument"):
+    with pytest.raises(
+        TypeError,
+        match=rf"{constant!r} is a filter: use it as {constant!r} or "
+        rf"{constant!r}\(\).*got 1 argument",
+    ):
         constant(("path",))
 
 
@@ -253,4 +275,3 @@ def test_constant_filters_take_no_or_two_arguments(constant):
 )
 def test_new_filter_reprs(filter_, expected):
     assert repr(filter_) == expected
-

@@ -57,7 +57,8 @@ def test_graphdef_is_a_pytree_without_leaves():
     assert jax.tree_util.tree_leaves(graphdef) == []
     assert jax.tree.map(lambda x: x, graphdef) == graphdef
     assert jax.tree_util.tree_structure(graphdef) == jax.tree_util.tree_structure(
-        nnx.graphdef(Nested()))
+        nnx.graphdef(Nested())
+    )
 
 
 def test_graphdef_repr():
@@ -67,7 +68,8 @@ def test_graphdef_repr():
 
 
 @pytest.mark.parametrize(
-    "jit", [jax.jit, functools.partial(jax.jit, static_argnums=0)], ids=["pytree", "static"])
+    "jit", [jax.jit, functools.partial(jax.jit, static_argnums=0)], ids=["pytree", "static"]
+)
 def test_graphdef_as_a_jit_argument_does_not_retrace(jit):
     traces = []
 
@@ -105,7 +107,10 @@ def _replace_variable(m):
         (lambda m: m.layers.append(nnx.Cache(jnp.ones(1))), "layers[3]"),
         (lambda m: m.layers[1].append(nnx.Cache(jnp.ones(1))), "layers[1][2]"),
         (lambda m: m.layers.pop(0), "-layers[1][0].w"),
-        (lambda m: m.layers[1][1].__setitem__("deep2", nnx.Cache(jnp.ones(1))), "layers[1][1].deep2"),
+        (
+            lambda m: m.layers[1][1].__setitem__("deep2", nnx.Cache(jnp.ones(1))),
+            "layers[1][1].deep2",
+        ),
         (lambda m: m.layers[1][1].pop("deep"), "-layers[1][1].deep"),
         (lambda m: m.blocks.__setitem__("z_last", nnx.Cache(jnp.ones(1))), "-blocks.z_last.w"),
         (lambda m: setattr(m, "raw", jnp.ones(2)), "raw"),
@@ -238,8 +243,11 @@ def test_registered_nodes_keep_identity_and_aux():
 
 def test_registered_node_without_set_key_cannot_take_a_raw_array():
     m = [Box(jnp.zeros(1))]
-    with pytest.raises(TypeError, match=r"Cannot write \[0\] back into a Box: it is immutable or "
-                                        r"was registered without set_key"):
+    with pytest.raises(
+        TypeError,
+        match=r"Cannot write \[0\] back into a Box: it is immutable or "
+        r"was registered without set_key",
+    ):
         nnx.update(m, {0: {0: jnp.ones(1)}})
 
 
@@ -274,7 +282,11 @@ class ModuleChild(Leaf):
         (dict, {}, r"dict is already traversed as a graph node \(as a dict\)"),
         (nnx.State, {}, r"State is already traversed as a graph node \(as a State\)"),
         (Bag, {"flatten": None}, r"register_node_type\(Bag\): flatten must be callable, got None"),
-        (Bag, {"unflatten": "f"}, r"register_node_type\(Bag\): unflatten must be callable, got 'f'"),
+        (
+            Bag,
+            {"unflatten": "f"},
+            r"register_node_type\(Bag\): unflatten must be callable, got 'f'",
+        ),
     ],
 )
 def test_register_node_type_errors(node_type, kwargs, match):
@@ -290,7 +302,8 @@ def test_list_subclasses_are_static_until_registered():
     m = {"items": Items([nnx.Param(jnp.ones(1))])}
     assert paths(m) == []
     nnx.register_node_type(
-        Items, flatten=lambda x: (list(enumerate(x)), None),
+        Items,
+        flatten=lambda x: (list(enumerate(x)), None),
         unflatten=lambda c, a: Items(v for _, v in c),
     )
     assert paths(m) == ["items[0]"]
@@ -315,8 +328,9 @@ def test_unflatten_of_a_type_that_is_no_longer_registered(monkeypatch):
         def __init__(self, v):
             self.v = v
 
-    nnx.register_node_type(Gone, flatten=lambda g: ([("v", g.v)], None),
-                           unflatten=lambda c, a: Gone(c[0][1]))
+    nnx.register_node_type(
+        Gone, flatten=lambda g: ([("v", g.v)], None), unflatten=lambda c, a: Gone(c[0][1])
+    )
     graphdef, state = nnx.split([Gone(nnx.Param(jnp.ones(1)))])
     monkeypatch.delitem(_graph._REGISTERED, Gone)
     _graph._IMPLS.clear()
@@ -332,6 +346,5 @@ def test_iter_nodes_visits_shared_objects_once():
     leaf = Leaf(1)
     m = {"a": [shared, leaf], "b": (shared, leaf)}
     found = list(_graph.iter_nodes(m))
-    assert [nnx.format_path(p) for p, _ in found] == [
-        "<root>", "a", "a[0]", "a[1]", "a[1].w", "b"]
+    assert [nnx.format_path(p) for p, _ in found] == ["<root>", "a", "a[0]", "a[1]", "a[1].w", "b"]
     assert sum(1 for _, x in found if x is shared) == 1

@@ -40,8 +40,11 @@ class Net(nnx.Module):
 
 
 def modes(net):
-    return [(nnx.format_path(p), vars(m).get("deterministic", vars(m).get("use_running_average")))
-            for p, m in net.iter_modules() if p]
+    return [
+        (nnx.format_path(p), vars(m).get("deterministic", vars(m).get("use_running_average")))
+        for p, m in net.iter_modules()
+        if p
+    ]
 
 
 # -- attributes -----------------------------------------------------------------------------------
@@ -49,8 +52,13 @@ def test_plain_containers_need_no_wrappers():
     m = Nested()
     assert type(m.layers) is list and type(m.blocks) is dict and type(m.layers[1][1]) is dict
     assert paths(m) == [
-        "blocks.a_first[0].w", "blocks.a_first[1]", "blocks.z_last.w", "layers[0].w",
-        "layers[1][0].w", "layers[1][1].deep", "pair[0]",
+        "blocks.a_first[0].w",
+        "blocks.a_first[1]",
+        "blocks.z_last.w",
+        "layers[0].w",
+        "layers[1][0].w",
+        "layers[1][1].deep",
+        "pair[0]",
     ]
 
 
@@ -105,8 +113,12 @@ def test_no_super_init_needed_and_attributes_are_ordinary():
 def test_eval_and_train_toggle_modes_everywhere():
     net = Net()
     assert net.eval() is net
-    assert modes(net) == [("blocks[0]", True), ("blocks[1].norm", True),
-                          ("blocks[2][0]", True), ("head", True)]
+    assert modes(net) == [
+        ("blocks[0]", True),
+        ("blocks[1].norm", True),
+        ("blocks[2][0]", True),
+        ("head", True),
+    ]
     assert net.train() is net
     assert all(value is False for _, value in modes(net))
 
@@ -125,8 +137,11 @@ def test_set_attributes_sets_only_existing_attributes():
 
 
 def test_set_attributes_raises_for_unknown_attributes():
-    with pytest.raises(AttributeError, match=r"No module in Net has the attribute\(s\) "
-                                             r"\['nope', 'other'\]; pass raise_if_not_found=False"):
+    with pytest.raises(
+        AttributeError,
+        match=r"No module in Net has the attribute\(s\) "
+        r"\['nope', 'other'\]; pass raise_if_not_found=False",
+    ):
         Net().set_attributes(deterministic=True, nope=1, other=2)
 
 
@@ -164,8 +179,11 @@ def test_sow_with_a_custom_kind():
 @pytest.mark.parametrize(
     "existing, match",
     [
-        (nnx.Param(1), r"sow: attribute 'seen' of Sower holds a Param, not a Intermediate\. "
-                       r"Use another name\."),
+        (
+            nnx.Param(1),
+            r"sow: attribute 'seen' of Sower holds a Param, not a Intermediate\. "
+            r"Use another name\.",
+        ),
         (3, r"sow: attribute 'seen' of Sower holds a int, not a Intermediate"),
     ],
 )
@@ -180,16 +198,22 @@ def test_sow_into_an_attribute_of_another_type_raises(existing, match):
 def test_iter_modules_yields_each_module_once_root_first():
     m = SharedSub()
     assert [(nnx.format_path(p), type(x).__name__) for p, x in m.iter_modules()] == [
-        ("<root>", "SharedSub"), ("a", "Leaf")]
+        ("<root>", "SharedSub"),
+        ("a", "Leaf"),
+    ]
     net = Net()
     assert [nnx.format_path(p) for p, _ in net.iter_modules()] == [
-        "<root>", "blocks[0]", "blocks[1].norm", "blocks[2][0]", "head"]
+        "<root>",
+        "blocks[0]",
+        "blocks[1].norm",
+        "blocks[2][0]",
+        "head",
+    ]
 
 
 def test_iter_modules_handles_cycles():
     m = Cycle()
-    assert [nnx.format_path(p) for p, _ in m.iter_modules()] == [
-        "<root>", "parent", "parent.child"]
+    assert [nnx.format_path(p) for p, _ in m.iter_modules()] == ["<root>", "parent", "parent.child"]
 
 
 def test_iter_children_yields_direct_submodule_attributes():
@@ -201,7 +225,9 @@ def test_iter_children_yields_direct_submodule_attributes():
 
 # -- repr -----------------------------------------------------------------------------------------
 def test_repr_is_nested_and_readable():
-    assert repr(Net()) == """Net(
+    assert (
+        repr(Net())
+        == """Net(
   blocks=[
     Dropoutish(
       deterministic=False,
@@ -226,10 +252,13 @@ def test_repr_is_nested_and_readable():
   label='net',
   raw=int8[4],
 )"""
+    )
 
 
 def test_repr_of_cycles_and_shared_modules_is_finite():
-    assert repr(Cycle()) == """Cycle(
+    assert (
+        repr(Cycle())
+        == """Cycle(
   me=Cycle(...),
   parent=Parent(
     child=Child(
@@ -239,6 +268,7 @@ def test_repr_of_cycles_and_shared_modules_is_finite():
     w=Param(float32[1]),
   ),
 )"""
+    )
     assert repr(SharedSub()).count("Leaf(...)") == 3
 
 
@@ -254,11 +284,14 @@ def test_repr_of_an_empty_module_and_static_containers():
 
 # -- summary --------------------------------------------------------------------------------------
 def test_summary_counts_and_bytes_per_kind():
-    assert Net().summary() == """Net: 6 parameters in 4 Variables (44 B)
+    assert (
+        Net().summary()
+        == """Net: 6 parameters in 4 Variables (44 B)
 kind       variables  elements  bytes
 BatchStat          2         4   16 B
 Param              1         6   24 B
 array              1         4    4 B"""
+    )
 
 
 def test_summary_with_a_filter_and_large_counts():
@@ -267,17 +300,22 @@ def test_summary_with_a_filter_and_large_counts():
             self.w = nnx.Param(np.zeros((1000, 1000), np.float32))
             self.n = nnx.Variable(np.zeros((), np.int32))
 
-    assert Big().summary(nnx.Param) == """Big: 1,000,000 parameters in 1 Variables (3.8 MB)
+    assert (
+        Big().summary(nnx.Param)
+        == """Big: 1,000,000 parameters in 1 Variables (3.8 MB)
 kind   variables   elements   bytes
 Param          1  1,000,000  3.8 MB"""
+    )
 
 
 def test_summary_of_an_empty_module_and_unnamed_kinds():
     class Empty(nnx.Module):
         pass
 
-    assert Empty().summary() == "Empty: 0 parameters in 0 Variables (0 B)\n" \
-                                "kind   variables  elements  bytes"
+    assert (
+        Empty().summary() == "Empty: 0 parameters in 0 Variables (0 B)\n"
+        "kind   variables  elements  bytes"
+    )
     m = Empty()
     m.v = nnx.Variable(np.zeros(300, np.float32))
     assert m.summary().splitlines()[0] == "Empty: 0 parameters in 1 Variables (1.2 KB)"
@@ -334,8 +372,9 @@ def test_perturb_gives_the_gradient_of_an_intermediate_value():
 def test_perturb_refuses_an_attribute_of_another_kind():
     m = Perturbed()
     m.h = nnx.Param(jnp.zeros(2))
-    with pytest.raises(TypeError, match="perturb: attribute 'h' of Perturbed holds a Param, not a "
-                                        "Perturbation"):
+    with pytest.raises(
+        TypeError, match="perturb: attribute 'h' of Perturbed holds a Param, not a Perturbation"
+    ):
         m(jnp.ones(2))
 
 

@@ -39,8 +39,14 @@ def _plain_forward(params, stats, x):
         mean = h.mean(0)
         var = jnp.maximum((h * h).mean(0) - mean * mean, 0.0)
         h = (h - mean) * jax.lax.rsqrt(var + 1e-5) * p["bn"]["scale"] + p["bn"]["bias"]
-        new_stats.append({"bn": {"mean": 0.99 * s["bn"]["mean"] + 0.01 * mean,
-                                 "var": 0.99 * s["bn"]["var"] + 0.01 * var}})
+        new_stats.append(
+            {
+                "bn": {
+                    "mean": 0.99 * s["bn"]["mean"] + 0.01 * mean,
+                    "var": 0.99 * s["bn"]["var"] + 0.01 * var,
+                }
+            }
+        )
         x = jax.nn.relu(h)
     return x @ params["head"]["kernel"] + params["head"]["bias"], {"blocks": new_stats}
 
@@ -84,7 +90,9 @@ def test_100_steps_equal_a_plain_jax_train_step():
         for layer in ("linear", "bn"):
             for name, value in ours["blocks"][i][layer].items():
                 np.testing.assert_allclose(value, params["blocks"][i][layer][name], atol=1e-5)
-        np.testing.assert_allclose(model.blocks[i].bn.mean.value, stats["blocks"][i]["bn"]["mean"], atol=1e-5)
+        np.testing.assert_allclose(
+            model.blocks[i].bn.mean.value, stats["blocks"][i]["bn"]["mean"], atol=1e-5
+        )
     np.testing.assert_allclose(ours["head"]["kernel"], params["head"]["kernel"], atol=1e-5)
     assert int(optimizer.step.value) == 100
 

@@ -104,15 +104,25 @@ def test_counts_have_the_shape_of_the_keys():
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda r: r.params.split(0), TypeError, r"RngStream\.split: the number of splits must "
-                                                  r"be a positive int or a tuple of positive ints"),
+        (
+            lambda r: r.params.split(0),
+            TypeError,
+            r"RngStream\.split: the number of splits must "
+            r"be a positive int or a tuple of positive ints",
+        ),
         (lambda r: r.split({"params": "x"}), TypeError, r"got 'x'"),
-        (lambda r: r.split(3).params(), ValueError,
-         r"Rng stream 'params' holds a batch of keys of shape \(3,\), so it cannot hand out one "
-         r"key\. Draw from it inside nnx_core\.vmap"),
-        (lambda r: r.params((2,)), TypeError,
-         r"Rng stream 'params' takes no arguments: calling it returns a new key\. For random "
-         r"values pass that key to jax\.random, e\.g\. jax\.random\.normal\(rngs\.params\(\), shape\)"),
+        (
+            lambda r: r.split(3).params(),
+            ValueError,
+            r"Rng stream 'params' holds a batch of keys of shape \(3,\), so it cannot hand out one "
+            r"key\. Draw from it inside nnx_core\.vmap",
+        ),
+        (
+            lambda r: r.params((2,)),
+            TypeError,
+            r"Rng stream 'params' takes no arguments: calling it returns a new key\. For random "
+            r"values pass that key to jax\.random, e\.g\. jax\.random\.normal\(rngs\.params\(\), shape\)",
+        ),
     ],
 )
 def test_stream_errors(call, error, match):
@@ -122,14 +132,20 @@ def test_stream_errors(call, error, match):
 
 @pytest.mark.parametrize("name", ["fork", "split", "streams", "train", "_hidden"])
 def test_stream_names_that_are_rngs_attributes_are_rejected(name):
-    with pytest.raises(ValueError, match=rf"Rngs cannot have a stream named '{name}': that name "
-                                         r"is (an attribute of Rngs|private)\. Choose another name"):
+    with pytest.raises(
+        ValueError,
+        match=rf"Rngs cannot have a stream named '{name}': that name "
+        r"is (an attribute of Rngs|private)\. Choose another name",
+    ):
         nnx.Rngs(**{name: 0})
 
 
 def test_an_unknown_stream_suggests_close_names():
-    with pytest.raises(AttributeError, match=r"Rngs has no stream 'parms' .* Did you mean "
-                                             r"'params'\? Create it"):
+    with pytest.raises(
+        AttributeError,
+        match=r"Rngs has no stream 'parms' .* Did you mean "
+        r"'params'\? Create it",
+    ):
         nnx.Rngs(params=0, dropout=1)["parms"]
 
 
@@ -137,11 +153,15 @@ def test_counts_and_keys_are_their_own_variable_kinds_and_state():
     rngs = nnx.Rngs(0, dropout=1)
     counts = nnx.state(rngs, nnx.RngCount)
     assert [nnx.format_path(p) for p, _ in counts.flat_state()] == [
-        "default.count", "dropout.count"]
+        "default.count",
+        "dropout.count",
+    ]
     assert counts.default.count.tag == "default" and counts.default.count.dtype == jnp.uint32
     keys = nnx.state(rngs, "RngKey")
     assert [nnx.format_path(p) for p, _ in keys.flat_state()] == ["default.key", "dropout.key"]
-    assert nnx.variable_name(nnx.RngCount) == "RngCount" and nnx.variable_name(nnx.RngKey) == "RngKey"
+    assert (
+        nnx.variable_name(nnx.RngCount) == "RngCount" and nnx.variable_name(nnx.RngKey) == "RngKey"
+    )
     assert not isinstance(rngs.default.count, nnx.Param)
 
 
@@ -164,13 +184,16 @@ def test_counts_advance_through_nnx_jit():
 
 
 def test_repr():
-    assert repr(nnx.Rngs(params=0)) == """Rngs(
+    assert (
+        repr(nnx.Rngs(params=0))
+        == """Rngs(
   params=RngStream(
     count=RngCount(uint32[]=0, tag='params'),
     key=RngKey(key<fry>[], tag='params'),
     tag='params',
   ),
 )"""
+    )
 
 
 @pytest.mark.parametrize(
@@ -192,19 +215,37 @@ def test_seeds_may_be_keys_or_integer_scalars(seed, seed_for):
 @pytest.mark.parametrize(
     "make, error, match",
     [
-        (lambda: nnx.Rngs(), TypeError, r"Rngs needs at least one seed, e\.g\. Rngs\(0\) or "
-                                        r"Rngs\(params=0\)\."),
+        (
+            lambda: nnx.Rngs(),
+            TypeError,
+            r"Rngs needs at least one seed, e\.g\. Rngs\(0\) or "
+            r"Rngs\(params=0\)\.",
+        ),
         (lambda: nnx.Rngs(0, default=1), TypeError, r"Rngs got the default seed twice"),
-        (lambda: nnx.Rngs("0"), TypeError, r"Rng stream 'default' needs an int seed or a PRNG "
-                                           r"key, got str\. Use e\.g\. Rngs\(default=0\)\."),
+        (
+            lambda: nnx.Rngs("0"),
+            TypeError,
+            r"Rng stream 'default' needs an int seed or a PRNG "
+            r"key, got str\. Use e\.g\. Rngs\(default=0\)\.",
+        ),
         (lambda: nnx.Rngs(1.5), TypeError, r"needs an int seed or a PRNG key, got float\."),
         (lambda: nnx.Rngs(True), TypeError, r"got bool\."),
-        (lambda: nnx.Rngs(params=None), TypeError, r"Rng stream 'params' .* got NoneType\. "
-                                                   r"Use e\.g\. Rngs\(params=0\)\."),
-        (lambda: nnx.Rngs(dropout=jnp.ones(3)), TypeError,
-         r"Rng stream 'dropout' needs an int seed or a PRNG key, got ArrayImpl float32\[3\]\."),
-        (lambda: nnx.Rngs(jnp.zeros((2, 3), jnp.uint32)), TypeError,
-         r"got ArrayImpl uint32\[2, 3\]"),
+        (
+            lambda: nnx.Rngs(params=None),
+            TypeError,
+            r"Rng stream 'params' .* got NoneType\. "
+            r"Use e\.g\. Rngs\(params=0\)\.",
+        ),
+        (
+            lambda: nnx.Rngs(dropout=jnp.ones(3)),
+            TypeError,
+            r"Rng stream 'dropout' needs an int seed or a PRNG key, got ArrayImpl float32\[3\]\.",
+        ),
+        (
+            lambda: nnx.Rngs(jnp.zeros((2, 3), jnp.uint32)),
+            TypeError,
+            r"got ArrayImpl uint32\[2, 3\]",
+        ),
     ],
 )
 def test_bad_seeds(make, error, match):
@@ -215,10 +256,13 @@ def test_bad_seeds(make, error, match):
 @pytest.mark.parametrize("get", [lambda r: r.noise, lambda r: r["noise"]], ids=["attr", "item"])
 def test_an_unknown_stream_without_default_raises(get):
     rngs = nnx.Rngs(params=0, dropout=1)
-    with pytest.raises(AttributeError, match=r"Rngs has no stream 'noise' and no default stream "
-                                             r"\(streams: \['dropout', 'params'\]\)\. Create it "
-                                             r"with Rngs\(noise=seed, \.\.\.\) or give a default "
-                                             r"seed: Rngs\(0, \.\.\.\)\."):
+    with pytest.raises(
+        AttributeError,
+        match=r"Rngs has no stream 'noise' and no default stream "
+        r"\(streams: \['dropout', 'params'\]\)\. Create it "
+        r"with Rngs\(noise=seed, \.\.\.\) or give a default "
+        r"seed: Rngs\(0, \.\.\.\)\.",
+    ):
         get(rngs)
 
 

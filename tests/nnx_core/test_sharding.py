@@ -34,7 +34,9 @@ def test_partition_specs_follow_names_and_rules():
 
 def test_names_must_match_dimensions():
     state = nnx.State({"w": nnx.Param(jnp.ones(3), sharding_names=("a", "b"))})
-    with pytest.raises(ValueError, match=r"w has sharding_names \('a', 'b'\) \(2 names\) but its value has 1"):
+    with pytest.raises(
+        ValueError, match=r"w has sharding_names \('a', 'b'\) \(2 names\) but its value has 1"
+    ):
         nnx.get_partition_spec(state)
 
 
@@ -43,7 +45,10 @@ def test_shard_and_create_sharded_on_one_device():
     m = nnx.shard(M(), mesh)
     assert m.w.value.sharding.spec == P("embed", None)
     created = nnx.create_sharded(M, mesh)
-    assert created.w.value.sharding.spec == P("embed", None) and created.w.value.tolist() == [[1.0, 1.0]] * 4
+    assert (
+        created.w.value.sharding.spec == P("embed", None)
+        and created.w.value.tolist() == [[1.0, 1.0]] * 4
+    )
 
 
 def test_create_sharded_spreads_a_model_over_four_devices():
@@ -59,7 +64,9 @@ def test_create_sharded_spreads_a_model_over_four_devices():
         print(len(shards), shards[0].data.shape, float(m.w.value.sum()))
     """)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.split() == ["4", "(2,", "4)", "496.0"]
 
 

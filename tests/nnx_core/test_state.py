@@ -17,11 +17,16 @@ from .corpus import CORPUS, LEAF_COUNTS, assert_same_values, kinds
 
 
 def make_state() -> nnx.State:
-    return nnx.State({
-        "enc": {"w": nnx.Param(np.ones((2, 2), np.float32)), "mean": nnx.BatchStat(np.zeros(2))},
-        "layers": {0: nnx.Param(np.full(1, 3.0)), 1: np.arange(2)},
-        "n": nnx.Variable(np.array(5)),
-    })
+    return nnx.State(
+        {
+            "enc": {
+                "w": nnx.Param(np.ones((2, 2), np.float32)),
+                "mean": nnx.BatchStat(np.zeros(2)),
+            },
+            "layers": {0: nnx.Param(np.full(1, 3.0)), 1: np.arange(2)},
+            "n": nnx.Variable(np.array(5)),
+        }
+    )
 
 
 # -- mapping --------------------------------------------------------------------------------------
@@ -48,8 +53,11 @@ def test_equality_and_unhashability():
 
 
 def test_missing_attribute_lists_the_entries():
-    with pytest.raises(AttributeError, match=r"State has no entry 'nope'; entries: "
-                                             r"\['enc', 'layers', 'n'\]"):
+    with pytest.raises(
+        AttributeError,
+        match=r"State has no entry 'nope'; entries: "
+        r"\['enc', 'layers', 'n'\]",
+    ):
         _ = make_state().nope
 
 
@@ -67,7 +75,10 @@ def test_one_leaf_per_variable_value_with_key_paths():
     s = make_state()
     leaves = jax.tree_util.tree_leaves_with_path(s)
     assert [jax.tree_util.keystr(p) for p, _ in leaves] == [
-        "['enc']['mean'].value", "['enc']['w'].value", "['layers'][0].value", "['layers'][1]",
+        "['enc']['mean'].value",
+        "['enc']['w'].value",
+        "['layers'][0].value",
+        "['layers'][1]",
         "['n'].value",
     ]
 
@@ -96,7 +107,12 @@ def test_flat_state_is_sorted_depth_first_and_round_trips():
     s = make_state()
     flat = s.flat_state()
     assert [p for p, _ in flat] == [
-        ("enc", "mean"), ("enc", "w"), ("layers", 0), ("layers", 1), ("n",)]
+        ("enc", "mean"),
+        ("enc", "w"),
+        ("layers", 0),
+        ("layers", 1),
+        ("n",),
+    ]
     assert flat[1][1] is s.enc.w
     assert nnx.State.from_flat_state(flat) == s
     assert nnx.State.from_flat_state(dict(flat).items()) == s
@@ -112,8 +128,10 @@ def test_mixed_key_types_sort_ints_first():
     "items, match",
     [
         ([((), 1)], r"A flat-state path must have at least one key, got \(\)\."),
-        ([(("a",), 1), (("a", "b"), 2)],
-         r"Flat state has a leaf at a and also entries below it \(a\.b\)\."),
+        (
+            [(("a",), 1), (("a", "b"), 2)],
+            r"Flat state has a leaf at a and also entries below it \(a\.b\)\.",
+        ),
         ([(("a", "b"), 2), (("a",), 1)], r"Flat state has a leaf at a and also entries below it\."),
         ([(("a", 0), 1), (("a", 0), 2)], r"Flat state has two entries for a\[0\]\."),
     ],
@@ -176,11 +194,18 @@ def test_replace_by_pure_dict_accepts_string_keys_after_a_json_round_trip():
 @pytest.mark.parametrize(
     "pure, match",
     [
-        ({"enc": {"w": 1}}, r"Pure dict lacks entries for: enc\.mean, layers\[0\], layers\[1\], n\."),
-        ({"enc": {"w": 1, "mean": 2, "extra": 3}, "layers": {0: 1, 1: 2}, "n": 3},
-         r"Pure dict has an entry enc\.extra that the state lacks\."),
-        ({"enc": {"w": 1, "mean": 2}, "layers": {"7": 1, 1: 2}, "n": 3},
-         r"Pure dict has an entry layers\.7 that the state lacks\."),
+        (
+            {"enc": {"w": 1}},
+            r"Pure dict lacks entries for: enc\.mean, layers\[0\], layers\[1\], n\.",
+        ),
+        (
+            {"enc": {"w": 1, "mean": 2, "extra": 3}, "layers": {0: 1, 1: 2}, "n": 3},
+            r"Pure dict has an entry enc\.extra that the state lacks\.",
+        ),
+        (
+            {"enc": {"w": 1, "mean": 2}, "layers": {"7": 1, 1: 2}, "n": 3},
+            r"Pure dict has an entry layers\.7 that the state lacks\.",
+        ),
     ],
 )
 def test_replace_by_pure_dict_errors(pure, match):
@@ -190,7 +215,9 @@ def test_replace_by_pure_dict_errors(pure, match):
 
 # -- repr and copies ------------------------------------------------------------------------------
 def test_repr():
-    assert repr(make_state()) == """State({
+    assert (
+        repr(make_state())
+        == """State({
   'enc': State({
     'mean': BatchStat(float64[2]),
     'w': Param(float32[2,2]),
@@ -201,11 +228,13 @@ def test_repr():
   }),
   'n': Variable(int64[]=5),
 })"""
+    )
     assert repr(nnx.State()) == "State({})"
 
 
 @pytest.mark.parametrize(
-    "copier", [copy.copy, copy.deepcopy, lambda s: pickle.loads(pickle.dumps(s))],
+    "copier",
+    [copy.copy, copy.deepcopy, lambda s: pickle.loads(pickle.dumps(s))],
     ids=["copy", "deepcopy", "pickle"],
 )
 def test_copies(copier):

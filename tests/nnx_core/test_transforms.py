@@ -283,8 +283,9 @@ def test_grad_inside_jit_with_optimizer_trains():
 def test_grad_errors(kwargs, args, match):
     m = Counter()
     with pytest.raises((ValueError, TypeError), match=match):
-        nnx.grad(lambda m, x: x * 2.0, **kwargs)(m, *args) if "argnums" not in kwargs else \
-            nnx.grad(lambda m, x: x, **kwargs)(m, *args)
+        nnx.grad(lambda m, x: x * 2.0, **kwargs)(m, *args) if "argnums" not in kwargs else nnx.grad(
+            lambda m, x: x, **kwargs
+        )(m, *args)
 
 
 def test_remat_gives_the_same_gradients():
@@ -430,7 +431,9 @@ def test_jit_in_and_out_shardings_place_state_and_inputs():
     m = Lin(3, 2, rngs=nnx.Rngs(0))
     shardings = nnx.get_named_sharding(nnx.state(m), mesh)
     batch = NamedSharding(mesh, P("data"))
-    f = nnx.jit(lambda m, x: m(x), in_shardings=(shardings, batch), out_shardings=NamedSharding(mesh, P()))
+    f = nnx.jit(
+        lambda m, x: m(x), in_shardings=(shardings, batch), out_shardings=NamedSharding(mesh, P())
+    )
     out = f(m, jnp.ones((4, 3)))
     assert out.shape == (4, 2) and out.sharding.spec == P()
     with pytest.raises(ValueError, match="in_shardings has 1 entries but the function got 2"):

@@ -100,7 +100,11 @@ def test_metadata_survives_split_merge_clone_tree_map_and_copies():
 @pytest.mark.parametrize(
     "action, error, match",
     [
-        (lambda v: v.missing, AttributeError, r"Param has no metadata 'missing'.*metadata keys: \['a'\]"),
+        (
+            lambda v: v.missing,
+            AttributeError,
+            r"Param has no metadata 'missing'.*metadata keys: \['a'\]",
+        ),
         (lambda v: v.__nope__, AttributeError, "^__nope__$"),  # no metadata/value lookup
         (lambda v: setattr(v, "_value", 1), AttributeError, "_value is internal to Variable"),
         (lambda v: setattr(v, "_meta", {}), AttributeError, "_meta is internal to Variable"),
@@ -122,7 +126,8 @@ def test_replace_and_copy():
 
 
 @pytest.mark.parametrize(
-    "copier", [copy.copy, copy.deepcopy, lambda v: pickle.loads(pickle.dumps(v))],
+    "copier",
+    [copy.copy, copy.deepcopy, lambda v: pickle.loads(pickle.dumps(v))],
     ids=["copy", "deepcopy", "pickle"],
 )
 def test_copy_deepcopy_and_pickle(copier):
@@ -138,8 +143,10 @@ def test_copy_deepcopy_and_pickle(copier):
 @pytest.mark.parametrize(
     "variable, expected",
     [
-        (nnx.Param(jnp.ones((2, 3)), sharding_names=("in", "out")),
-         "Param(float32[2,3], sharding_names=('in', 'out'))"),
+        (
+            nnx.Param(jnp.ones((2, 3)), sharding_names=("in", "out")),
+            "Param(float32[2,3], sharding_names=('in', 'out'))",
+        ),
         (nnx.Variable(jnp.array(3)), "Variable(int32[]=3)"),
         (nnx.BatchStat(jnp.array(0.5)), "BatchStat(float32[]=0.5)"),
         (nnx.Cache(np.zeros((0,), np.int8)), "Cache(int8[0])"),
@@ -170,7 +177,10 @@ def _sow(x):
 @pytest.mark.parametrize(
     "mutate, match",
     [
-        (lambda x: setattr(OUTSIDE, "value", x), r"Cannot set a traced value on Param\(float32\[2\]\)"),
+        (
+            lambda x: setattr(OUTSIDE, "value", x),
+            r"Cannot set a traced value on Param\(float32\[2\]\)",
+        ),
         (lambda x: OUTSIDE.__setitem__(..., x), "created outside the JAX transform"),
         (lambda x: OUTSIDE.__setitem__(0, x[0]), "created outside the JAX transform"),
         (lambda x: OUTSIDE.set_value(x), "created outside the JAX transform"),
@@ -274,8 +284,11 @@ def test_set_value_by_index_into_a_value_without_item_assignment():
     v = nnx.Intermediate((1, 2))
     v[...] = (3,)  # a whole replacement is fine
     assert v.value == (3,)
-    with pytest.raises(TypeError, match=r"Intermediate holds a tuple, which cannot be assigned "
-                                        r"into at index 0\. Replace the whole value instead"):
+    with pytest.raises(
+        TypeError,
+        match=r"Intermediate holds a tuple, which cannot be assigned "
+        r"into at index 0\. Replace the whole value instead",
+    ):
         v[0] = 5
 
 
@@ -331,20 +344,34 @@ def test_get_metadata_forms():
 @pytest.mark.parametrize(
     "action, error, match",
     [
-        (lambda v: v.get_metadata("lr"), KeyError,
-         r"Param has no metadata 'lr'; metadata keys: \['note'\]\. Pass a default"),
-        (lambda v: v.get_metadata(default=1), TypeError,
-         r"get_metadata got default=1 but no name"),
-        (lambda v: v.set_metadata("a", 1, b=2), TypeError,
-         r"set_metadata takes keyword arguments or positional ones, not both"),
-        (lambda v: v.set_metadata(), TypeError,
-         r"set_metadata expects set_metadata\(key=value, \.\.\.\).*got the positional arguments \(\)"),
+        (
+            lambda v: v.get_metadata("lr"),
+            KeyError,
+            r"Param has no metadata 'lr'; metadata keys: \['note'\]\. Pass a default",
+        ),
+        (lambda v: v.get_metadata(default=1), TypeError, r"get_metadata got default=1 but no name"),
+        (
+            lambda v: v.set_metadata("a", 1, b=2),
+            TypeError,
+            r"set_metadata takes keyword arguments or positional ones, not both",
+        ),
+        (
+            lambda v: v.set_metadata(),
+            TypeError,
+            r"set_metadata expects set_metadata\(key=value, \.\.\.\).*got the positional arguments \(\)",
+        ),
         (lambda v: v.set_metadata(["a"]), TypeError, r"got the positional arguments \(\['a'\],\)"),
         (lambda v: v.del_metadata("lr"), KeyError, r"Param has no metadata 'lr' to delete"),
-        (lambda v: v.copy_from(nnx.BatchStat(1.0)), ValueError,
-         r"copy_from: cannot copy a BatchStat into a Param; both must be the same kind"),
-        (lambda v: setattr(v, "__orig__", 1), AttributeError,
-         r"Param does not store the special attribute '__orig__'"),
+        (
+            lambda v: v.copy_from(nnx.BatchStat(1.0)),
+            ValueError,
+            r"copy_from: cannot copy a BatchStat into a Param; both must be the same kind",
+        ),
+        (
+            lambda v: setattr(v, "__orig__", 1),
+            AttributeError,
+            r"Param does not store the special attribute '__orig__'",
+        ),
     ],
 )
 def test_accessor_errors(action, error, match):
@@ -396,8 +423,14 @@ def test_variable_classes_are_generic():
         pass
 
     assert Count[jax.Array] is not Count and nnx.Param[jax.Array].__origin__ is nnx.Param
-    for cls in (nnx.Variable, nnx.Param, nnx.BatchStat, nnx.Cache, nnx.Intermediate,
-                nnx.Perturbation):
+    for cls in (
+        nnx.Variable,
+        nnx.Param,
+        nnx.BatchStat,
+        nnx.Cache,
+        nnx.Intermediate,
+        nnx.Perturbation,
+    ):
         assert cls[int].__origin__ is cls
     v = nnx.Param[jax.Array](jnp.ones(2))  # typing tries to set __orig_class__; it is refused
     assert type(v) is nnx.Param and v.metadata == {}
@@ -407,10 +440,14 @@ def test_variable_classes_are_generic():
 @pytest.mark.parametrize(
     "register, match",
     [
-        (lambda: nnx.register_variable_type(int, "tests.int"),
-         "expects a subclass of nnx_core.Variable, got <class 'int'>"),
-        (lambda: nnx.register_variable_type(nnx.Param(1), "tests.inst"),
-         "expects a subclass of nnx_core.Variable"),
+        (
+            lambda: nnx.register_variable_type(int, "tests.int"),
+            "expects a subclass of nnx_core.Variable, got <class 'int'>",
+        ),
+        (
+            lambda: nnx.register_variable_type(nnx.Param(1), "tests.inst"),
+            "expects a subclass of nnx_core.Variable",
+        ),
         (lambda: nnx.register_variable_type(nnx.Cache, ""), "must be a non-empty string, got ''"),
         (lambda: nnx.register_variable_type(nnx.Cache, 3), "must be a non-empty string, got 3"),
     ],

@@ -118,7 +118,9 @@ def test_pooling_under_jit_and_vmap():
 @pytest.mark.parametrize("name", ["avg_pool", "max_pool", "min_pool"])
 def test_pooling_functions_are_layers_with_config_arguments(name):
     report = check_layer(
-        name, {"window_shape": [2, 2], "strides": [2, 2], "padding": "SAME"}, input_shape=(1, 5, 5, 3)
+        name,
+        {"window_shape": [2, 2], "strides": [2, 2], "padding": "SAME"},
+        input_shape=(1, 5, 5, 3),
     )
     assert report.output_shape == (1, 3, 3, 3)
 
