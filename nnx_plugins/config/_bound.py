@@ -22,9 +22,16 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._types import tuplify
+__all__ = ["BoundFunction", "tuplify"]
 
-__all__ = ["BoundFunction"]
+
+def tuplify(value: Any) -> Any:
+    """Turn lists into tuples recursively (the hashable form layers store)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(tuplify(v) for v in value)
+    if isinstance(value, Mapping):
+        return {k: tuplify(v) for k, v in value.items()}
+    return value
 
 
 def _hashable(value: Any) -> Any:

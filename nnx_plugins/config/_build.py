@@ -23,18 +23,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax.numpy as jnp
+import pydantic
 
 import nnx_core
 from nnx_core import Rngs
 from nnx_layers import initializers
 
 from ..registry._registry import Registry, default_registry
-from ._bound import BoundFunction
+from ._bound import BoundFunction, tuplify
 from ._errors import ConfigError, Problem
 from ._fields import LAYER_KINDS, FieldSpec, layer_spec
 from ._load import Config, load_config
 from ._source import Source, source_from
-from ._types import tuplify
 from ._walk import Walker
 
 __all__ = ["build", "to_config"]
@@ -96,7 +96,11 @@ class _Builder:
             arguments = {k: v for k, v in raw.items() if k != "type"}
             return initializers.get(raw["type"], **tuplify(arguments))
         if field.kind == "activation":
+            if isinstance(raw, Mapping):  # a function with arguments: a BoundFunction
+                return self.node(raw, path)
             return self.registry.get("layer", raw, prefer=self.prefer)
+        if field.kind == "variable":
+            return self.registry.get("variable", raw)
         if field.kind == "layer":
             return self.node(raw, path)
         if field.kind == "layers":
@@ -147,7 +151,12 @@ class _Builder:
         if not given:
             return spec.obj
         context = {"registry": self.registry, "prefer": self.prefer}
-        validated = spec.model.model_validate(node, context=context)
+        try:
+            validated = spec.model.model_validate(node, context=context)
+        except pydantic.ValidationError:
+            # A function given as another layer's argument (`attention_fn`) leaves its later
+            # inputs to the caller; the node was validated by load_config already.
+            validated = spec.model.model_construct(**{f"f_{f.name}": node[f.name] for f in given})
         arguments = {f.name: self.value(f, node[f.name], validated, (*path, f.name)) for f in given}
         return BoundFunction(spec.obj, arguments)
 

@@ -5,9 +5,11 @@ layer (an activation such as ``leaky_relu``), every parameter after the first (t
 Its *kind* decides how a config spells it: ``plain`` (validated against the annotation, with
 strict scalars and the constraints it declares: ``Literal`` strings,
 ``Annotated[float, annotated_types.Interval(...)]`` ranges), ``dtype`` (a name),
-``initializer`` (a name or ``{type: name, ...arguments}``), ``activation`` (a registered name),
-``layer`` / ``layers`` / ``layer_map`` (nested layer configs), or ``opaque`` (not expressible in
-a config: the field is left out and must keep its default). A layer may instead supply its own
+``initializer`` (a name or ``{type: name, ...arguments}``), ``activation`` (a registered
+function's name, or ``{type: name, ...arguments}``; a function that stands in for a default
+such as ``attention_fn`` must take the same inputs), ``variable`` (a registered Variable kind's
+name), ``layer`` / ``layers`` / ``layer_map`` (nested layer configs), or ``opaque`` (not
+expressible in a config: the field is left out and must keep its default). A layer may instead supply its own
 pydantic model as the class attribute ``config_model``.
 
 Example:
@@ -27,21 +29,25 @@ from __future__ import annotations
 
 import collections.abc as cabc
 import dataclasses
+import functools
 import inspect
 import types
 import typing
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationInfo, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 import nnx_core
 
+from .._text import suggest
 from ..registry._registry import default_registry
+from ._bound import BoundFunction
+from ._messages import condense
 from ._scalars import strict_type
 from ._types import (
-    activation_type,
     dtype_type,
     initializer_type,
     layer_type,
@@ -162,11 +168,35 @@ def _is_callable_annotation(annotation: Any) -> bool:
     return inner is cabc.Callable or typing.get_origin(inner) is cabc.Callable
 
 
-def _is_dtype_default(default: Any) -> bool:
+def _is_variable_kind(default: Any, annotation: Any) -> bool:
+    """A Variable class as the default, or ``type[Variable]`` in the annotation."""
+    if isinstance(default, type) and issubclass(default, nnx_core.Variable):
+        return True
+    inner, _ = _strip_optional(annotation)
+    origin, args = _origin_args(inner)
+    members = args if origin in (typing.Union, types.UnionType) else (inner,)
+    return any(
+        typing.get_origin(m) is type
+        and isinstance(typing.get_args(m)[0], type)
+        and issubclass(typing.get_args(m)[0], nnx_core.Variable)
+        for m in members
+    )
 
+
+def _is_dtype_default(default: Any) -> bool:
+    if isinstance(default, type) and issubclass(default, nnx_core.Variable):
+        return False  # (a Variable class has a ``dtype`` attribute too)
     return isinstance(default, np.dtype) or (
         isinstance(default, type) and hasattr(default, "dtype")
     )
+
+
+def _is_scalar_annotation(annotation: Any) -> bool:
+    """``int``/``float``/``bool``/``str`` (optionally ``Annotated``): never an initializer."""
+    inner, _ = _strip_optional(annotation)
+    if typing.get_origin(inner) is typing.Annotated:
+        inner = typing.get_args(inner)[0]
+    return inner in (int, float, bool, str)
 
 
 def _is_initializer_default(default: Any) -> bool:
@@ -192,8 +222,11 @@ def _classify(param: inspect.Parameter, annotation: Any) -> str:
     shape = _layer_shape(annotation) if annotation is not _EMPTY else None
     if shape is not None:
         return {"one": "layer", "list": "layers", "dict": "layer_map"}[shape]
-    if name.endswith("_init") or name == "init" or _is_initializer_default(default):
+    by_name = (name.endswith("_init") or name == "init") and not _is_scalar_annotation(annotation)
+    if by_name or _is_initializer_default(default):
         return "initializer"
+    if _is_variable_kind(default, annotation):
+        return "variable"
     if name.endswith("dtype") or name in _DTYPE_PARAMS or _is_dtype_default(default):
         return "dtype"
     if name.endswith("activation") or name.endswith("_fn") or _is_callable_annotation(annotation):
@@ -222,9 +255,11 @@ def _field_type(spec: FieldSpec) -> Any:
     if spec.kind == "dtype":
         return dtype_type()
     if spec.kind == "initializer":
-        return initializer_type()
+        return initializer_type(optional=spec.optional)
     if spec.kind == "activation":
-        return activation_type()
+        return _activation_type(_inputs(spec.default))
+    if spec.kind == "variable":
+        return _variable_kind_type()
     if spec.kind == "layer":
         return layer_type("optional" if spec.optional else "one")
     if spec.kind in ("layers", "layer_map"):
@@ -241,12 +276,164 @@ def _pydantic_default(spec: FieldSpec, registry: Any) -> Any:
         return []
     default = spec.default
     if spec.kind == "initializer":
-        return normalize_initializer(default)
+        return None if default is None else normalize_initializer(default)
     if spec.kind == "dtype":
         return normalize_dtype(default)
     if spec.kind == "activation" and callable(default):
         return registry.name_of(default)
+    if spec.kind == "variable" and isinstance(default, type):
+        return nnx_core.variable_name(default)
     return to_json(default) if spec.kind == "plain" else default
+
+
+_FUNCTION_SCHEMA = {
+    "anyOf": [
+        {"type": "string"},
+        {"type": "object", "properties": {"type": {"type": "string"}}, "required": ["type"]},
+        {"type": "null"},
+    ]
+}
+
+
+def _inputs(function: Any) -> tuple[str, ...] | None:
+    """The required positional parameters of ``function`` (``None``: unknown or no function)."""
+    if not callable(function):
+        return None
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(p.name for p in parameters if p.kind in positional and p.default is _EMPTY)
+
+
+def _activation_error(template: str, **values: Any) -> PydanticCustomError:
+    return PydanticCustomError("activation", template, values)
+
+
+def _function_node(value: Any, registry: Any) -> dict[str, Any]:
+    """``{type: name, ...arguments}`` for a function argument written or held any way."""
+    if isinstance(value, BoundFunction):
+        return {"type": registry.name_of(value.function), **value.arguments}
+    if isinstance(value, functools.partial) and not value.args:
+        return {"type": registry.name_of(value.func), **value.keywords}
+    if callable(value) and not isinstance(value, (str, type)):
+        return {"type": registry.name_of(value)}
+    if isinstance(value, str):
+        return {"type": value}
+    if isinstance(value, cabc.Mapping) and isinstance(value.get("type"), str):
+        return dict(value)
+    raise _activation_error(
+        "expected a function's name such as 'relu', or its name and arguments such as "
+        "{example}, got {value}.",
+        example="{type: leaky_relu, negative_slope: 0.2}",
+        value=repr(value),
+    )
+
+
+def normalize_function(
+    value: Any, registry: Any, prefer: Any = None, inputs: tuple[str, ...] | None = None
+) -> Any:
+    """The config spelling of a function argument: its name, or ``{type, ...arguments}``.
+
+    ``inputs`` are the required inputs of the layer's default function: a function taking
+    other inputs cannot stand in for it (``attention_fn: relu`` is refused).
+    """
+    if value is None:
+        return None
+    try:
+        node = _function_node(value, registry)
+        name = node["type"]
+        obj = registry.get("layer", name, prefer=prefer)
+    except PydanticCustomError:
+        raise
+    except Exception as error:  # noqa: BLE001 - unknown, colliding or failed: say which
+        raise _activation_error("{error}", error=str(error)) from None
+    if isinstance(obj, type):
+        raise _activation_error("{value} is a layer, not a function.", value=repr(name))
+    takes = _inputs(obj)
+    if inputs is not None and takes is not None and len(takes) != len(inputs):
+        raise _activation_error(
+            "{value} cannot stand in here: it takes ({takes}), and this argument is called "
+            "with ({inputs}).",
+            value=repr(name),
+            takes=", ".join(takes),
+            inputs=", ".join(inputs),
+        )
+    arguments = {k: v for k, v in node.items() if k != "type"}
+    if not arguments:
+        return name
+    spec = layer_spec(name, obj, registry=registry)
+    context = {"registry": registry, "prefer": prefer}
+    try:
+        validated = spec.model.model_validate({"type": name, **arguments}, context=context)
+    except pydantic.ValidationError as error:
+        # (the inputs after the first are given by the caller, not by the config)
+        items = [
+            item
+            for item in error.errors(include_url=False)
+            if not (item["type"] == "missing" and item["loc"][:1] and item["loc"][0] in takes)
+        ]
+        if items:
+            raise _activation_error(
+                "invalid arguments for {value}: {problems}",
+                value=repr(name),
+                problems="; ".join(_argument_problem(item, spec) for item in items),
+            ) from None
+        validated = spec.model.model_construct(**{f"f_{k}": v for k, v in arguments.items()})
+    dumped = validated.model_dump(by_alias=True)
+    kept = {
+        key: to_json(dumped[key])
+        for key in arguments
+        if to_json(dumped[key]) != to_json(spec.model.model_fields[f"f_{key}"].default)
+    }
+    return {"type": name, **kept} if kept else name
+
+
+def _argument_problem(item: cabc.Mapping[str, Any], spec: LayerSpec) -> str:
+    """One invalid argument of a function given with arguments, as ``name: what``."""
+    loc = ".".join(map(str, item["loc"]))
+    if item["type"] == "extra_forbidden":
+        names = [f.name for f in spec.fields]
+        return f"unknown argument {loc!r}.{suggest(loc, names)} Its arguments: {', '.join(names)}"
+    _, message, _ = condense([item], keep=0)[0]
+    return f"{loc}: {message} (got {item['input']!r})"
+
+
+def _activation_type(inputs: tuple[str, ...] | None) -> Any:
+    """The field type of a function argument (``gate_fn``, ``attention_fn``, ...)."""
+
+    def validate(value: Any, info: ValidationInfo) -> Any:
+        context = info.context or {}
+        registry = context.get("registry") or default_registry()
+        return normalize_function(value, registry, context.get("prefer"), inputs)
+
+    return Annotated[Any, PlainValidator(validate), WithJsonSchema(_FUNCTION_SCHEMA)]
+
+
+def _variable_kind_type() -> Any:
+    """The field type of a Variable kind argument: a registered kind's name."""
+
+    def validate(value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, type) and issubclass(value, nnx_core.Variable):
+            return nnx_core.variable_name(value)
+        if not isinstance(value, str):
+            raise PydanticCustomError(
+                "variable",
+                "expected a Variable kind's name such as 'Param', got {value}.",
+                {"value": repr(value)},
+            )
+        registry = (info.context or {}).get("registry") or default_registry()
+        try:
+            registry.get("variable", value)
+        except Exception as error:  # noqa: BLE001 - unknown or broken: say which
+            raise PydanticCustomError("variable", "{error}", {"error": str(error)}) from None
+        return value
+
+    schema = {"anyOf": [{"type": "string"}, {"type": "null"}]}
+    return Annotated[Any, PlainValidator(validate), WithJsonSchema(schema)]
 
 
 def _hints(target: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Pydantic field types for the values a config names: dtypes, initializers and activations.
+"""Pydantic field types for the values a config names: dtypes and initializers.
 
 Each validator accepts the config spelling (a name, or ``{type: name, ...args}`` for an
 initializer) and also the Python object a built layer holds, and returns the normalized
@@ -22,13 +22,13 @@ from typing import Annotated, Any
 import jax.numpy as jnp
 import numpy as np
 import pydantic
-from pydantic import PlainValidator, ValidationInfo, WithJsonSchema
+from pydantic import PlainValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from nnx_layers import initializers
 
 from .._text import suggest
-from ..registry._registry import default_registry
+from ._bound import tuplify
 from ._messages import condense
 from ._scalars import strict_type
 
@@ -36,7 +36,6 @@ __all__ = [
     "DTYPE_NAMES",
     "dtype_type",
     "initializer_type",
-    "activation_type",
     "layer_type",
     "normalize_dtype",
     "normalize_initializer",
@@ -84,15 +83,6 @@ def to_json(value: Any) -> Any:
     if _is_dtype(value):
         return normalize_dtype(value)
     raise TypeError(f"{value!r} ({type(value).__name__}) has no config spelling")
-
-
-def tuplify(value: Any) -> Any:
-    """Turn lists into tuples recursively (the hashable form layers store)."""
-    if isinstance(value, (list, tuple)):
-        return tuple(tuplify(v) for v in value)
-    if isinstance(value, Mapping):
-        return {k: tuplify(v) for k, v in value.items()}
-    return value
 
 
 def _is_dtype(value: Any) -> bool:
@@ -183,57 +173,27 @@ def _check_initializer_arguments(name: str, cls: type, arguments: Mapping[str, A
             ) from None
 
 
-def _normalize_activation(value: Any, info: ValidationInfo) -> str | None:
-    context = info.context or {}
-    registry, prefer = context.get("registry"), context.get("prefer")
-    if registry is None:
-        registry = default_registry()
-    if value is None:
-        return None
-    if callable(value) and not isinstance(value, (str, type)):
-        try:
-            return registry.name_of(value)
-        except Exception as error:  # noqa: BLE001
-            raise PydanticCustomError("activation", "{error}", {"error": str(error)}) from None
-    if not isinstance(value, str):
-        raise PydanticCustomError(
-            "activation",
-            "expected an activation name such as 'relu', got {value}.",
-            {"value": repr(value)},
-        )
-    try:
-        obj = registry.get("layer", value, prefer=prefer)
-    except Exception as error:  # noqa: BLE001 - unknown, colliding or failed: say which
-        raise PydanticCustomError("activation", "{error}", {"error": str(error)}) from None
-    if isinstance(obj, type):
-        raise PydanticCustomError(
-            "activation", "{value} is a layer, not an activation function.", {"value": repr(value)}
-        )
-    return value
-
-
 def dtype_type() -> Any:
     """The field type of a dtype argument (a name or null)."""
     schema = {"anyOf": [{"enum": list(DTYPE_NAMES)}, {"type": "null"}]}
     return Annotated[Any, PlainValidator(normalize_dtype), WithJsonSchema(schema)]
 
 
-def initializer_type() -> Any:
-    """The field type of an initializer argument: ``name`` or ``{type: name, ...arguments}``."""
+def initializer_type(optional: bool = False) -> Any:
+    """The field type of an initializer argument: ``name`` or ``{type: name, ...arguments}``
+    (or ``null`` when the layer's default is ``None``)."""
 
-    schema = {
-        "anyOf": [
-            {"enum": list(initializers.names())},
-            {"type": "object", "properties": {"type": {"type": "string"}}, "required": ["type"]},
-        ]
-    }
-    return Annotated[Any, PlainValidator(normalize_initializer), WithJsonSchema(schema)]
+    choices: list[dict[str, Any]] = [
+        {"enum": list(initializers.names())},
+        {"type": "object", "properties": {"type": {"type": "string"}}, "required": ["type"]},
+    ]
+    if optional:
+        choices.append({"type": "null"})
 
+    def validate(value: Any) -> dict[str, Any] | None:
+        return None if optional and value is None else normalize_initializer(value)
 
-def activation_type() -> Any:
-    """The field type of an activation argument: a registered activation name (or null)."""
-    schema = {"anyOf": [{"type": "string"}, {"type": "null"}]}
-    return Annotated[Any, PlainValidator(_normalize_activation), WithJsonSchema(schema)]
+    return Annotated[Any, PlainValidator(validate), WithJsonSchema({"anyOf": choices})]
 
 
 def layer_type(shape: str) -> Any:

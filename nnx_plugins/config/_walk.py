@@ -29,7 +29,7 @@ __all__ = ["Walker", "describe"]
 
 Path = tuple[Any, ...]
 #: errors of the config's own field types, whose messages already say what was received
-_OWN_ERRORS = ("dtype", "initializer", "activation")
+_OWN_ERRORS = ("dtype", "initializer", "activation", "variable")
 
 
 def _same(a: Any, b: Any) -> bool:

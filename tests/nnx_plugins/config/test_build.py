@@ -138,7 +138,7 @@ def test_every_problem_at_once_with_locations_and_suggestions(nnx_registry, tmp_
                     "gate_activation": "Linear",
                 }
             },
-            r"gate_activation: 'Linear' is a layer, not an activation function",
+            r"gate_activation: 'Linear' is a layer, not a function",
         ),
         (
             {
@@ -160,7 +160,7 @@ def test_every_problem_at_once_with_locations_and_suggestions(nnx_registry, tmp_
                     "gate_activation": 3,
                 }
             },
-            r"gate_activation: expected an activation name such as 'relu', got 3",
+            r"gate_activation: expected a function's name such as 'relu'.*got 3",
         ),
         (
             {"model": {"type": "relu"}, "plugins": {"prefer": 3}},
