@@ -97,7 +97,8 @@ class Linear(Module):
     def __call__(self, inputs: jax.Array) -> jax.Array:
         """Apply the layer to ``inputs`` of shape ``(..., in_features)``."""
         inputs = as_input("Linear", inputs)
-        check_last_axis("Linear", inputs, self.in_features, "in_features")
+        # (the kernel, not in_features: under shard_map a row-parallel kernel is a local shard)
+        check_last_axis("Linear", inputs, self.kernel.shape[0], "in_features")
         bias = None if self.bias is None else self.bias.value
         inputs, kernel, bias = promote_dtype((inputs, self.kernel.value, bias), dtype=self.dtype)
         y = jax.lax.dot_general(

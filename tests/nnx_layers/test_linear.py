@@ -1,6 +1,7 @@
 """Linear and Embed: parity with flax.nnx, attributes, metadata and error paths."""
 
 import inspect
+import json
 
 import flax.nnx as fnnx
 import jax
@@ -167,3 +168,43 @@ def test_embed_attend_errors_on_wrong_width():
 def test_embed_errors_on_bad_sizes():
     with pytest.raises(ValueError, match="Embed features must be a positive integer, got 0"):
         Embed(4, 0, rngs=Rngs(0))
+
+
+TENSOR_PARALLEL = """
+import json
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
+import nnx_core as nnx
+from nnx_layers import Linear
+
+class MLP(nnx.Module):
+    def __init__(self, rngs):
+        self.up = Linear(2, 8, rngs=rngs)                    # column-parallel: kernel (2, 8/4)
+        self.down = Linear(8, 3, use_bias=False, rngs=rngs)  # row-parallel: kernel (8/4, 3)
+    def __call__(self, x):
+        return self.down(jax.nn.relu(self.up(x)))
+
+model = MLP(nnx.Rngs(0))
+x = jnp.arange(10.0).reshape(5, 2) / 10
+expected = model(x)
+mesh = Mesh(np.array(jax.devices()), ("d",))
+specs = nnx.StateSharding({
+    nnx.All(nnx.PathContains("up"), nnx.PathContains("kernel")): P(None, "d"),
+    nnx.All(nnx.PathContains("up"), nnx.PathContains("bias")): P("d"),
+    nnx.PathContains("down"): P("d", None),
+})
+sharded = nnx.shard_map(
+    lambda m, x: jax.lax.psum(m(x), "d"), mesh=mesh, in_specs=(specs, P()), out_specs=P()
+)
+y = nnx.jit(sharded)(model, x)
+print(json.dumps({"y": np.asarray(y).tolist(), "expected": np.asarray(expected).tolist()}))
+"""
+
+
+def test_linear_runs_tensor_parallel_under_shard_map():
+    """A row-parallel Linear sees a local shard of its input and of its kernel: its check of
+    the input's width compares with the kernel it holds, not the global in_features."""
+    from ..nnx_core.probe import run_in_devices
+
+    out = json.loads(run_in_devices(TENSOR_PARALLEL).strip().splitlines()[-1])
+    np.testing.assert_allclose(out["y"], out["expected"], rtol=1e-5)
