@@ -34,9 +34,9 @@ from ..registry._errors import PluginError
 from ..registry._lookup import get_variable_type
 from ._checkpoint import (
     CheckpointError,
-    _entry_key,
     _sha256,
 )
+from ._checkpoint_entries import entry_key
 from ._checkpoint_manifest import confined_file, dtype_of, read_manifest
 
 __all__ = ["read_manifest", "load"]
@@ -134,7 +134,7 @@ def _fill(
     assignments = []
     seen = set()
     for path, variable in nnx_core.state(node).flat_state():
-        key = _entry_key(prefix, path)
+        key = entry_key(prefix, path)
         where = format_path((prefix, *path))
         info = entries.get(key)
         if info is None:

@@ -27,13 +27,12 @@ import ml_dtypes  # (bfloat16, float8_*, int4 ... as numpy dtypes)
 import numpy as np
 
 from ._checkpoint import (
-    FORMAT,
     FORMAT_VERSION,
     MANIFEST,
     CheckpointError,
-    _entry_key,
     latest_checkpoint,
 )
+from ._checkpoint_entries import FORMAT, entry_key
 
 __all__ = ["MAX_MANIFEST_BYTES", "read_manifest", "confined_file"]
 
@@ -211,7 +210,7 @@ def _entry_problems(key: Any, entry: Any) -> list[str]:
     problems = []
     if not isinstance(path, list) or not all(isinstance(p, str) or _is_int(p) for p in path):
         problems.append(f"{where}: 'path' must be a list of names and indices.")
-    elif _entry_key(key.split("/")[0], path) != key:
+    elif entry_key(key.split("/")[0], path) != key:
         problems.append(f"{where}: its 'path' {_short(path)} does not match the key.")
     if not isinstance(entry.get("kind"), str):
         problems.append(f"{where}: 'kind' must be a Variable kind's name.")

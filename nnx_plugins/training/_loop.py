@@ -44,7 +44,7 @@ from ._checkpoint_load import load
 from ._checkpoint_manifest import read_manifest
 from ._config import config_problem, load_train_config
 from ._data import Dataset, load_dataset
-from ._mesh import batch_placer, make_mesh, replicate_unplaced
+from ._mesh import batch_placer, make_mesh, replicate_unplaced, shard_over
 from ._metrics import MetricsLog, Progress, plot_metrics
 from ._run_dir import RunLock, check_new_run, choose_run_dir
 
@@ -198,7 +198,7 @@ def _setup(plan: _Plan, mesh: Any) -> tuple[Any, Any]:
     model = build(plan.config, rngs=nnx.Rngs(sections["train"].seed))
     _check_outputs(model, plan.data, plan.config)
     if mesh is not None:
-        nnx.shard(model, mesh)
+        shard_over(model, mesh)
     optimizer = nnx.Optimizer(
         model, sections["optimizer"].make(), wrt=_trainable(sections["optimizer"])
     )
