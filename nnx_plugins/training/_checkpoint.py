@@ -51,6 +51,7 @@ __all__ = [
     "step_directory",
     "rotate",
     "is_checkpoint_directory",
+    "save_sharded",
 ]
 
 FORMAT_VERSION = 1
@@ -154,7 +155,7 @@ def save(
     """
     directory = pathlib.Path(directory)
     if jax.process_count() > 1:
-        return _save_from_processes(model, directory, optimizer, config, step)
+        return save_sharded(model, directory, optimizer=optimizer, config=config, step=step)
     _check_replaceable(directory)
     tensors: dict[str, np.ndarray] = {}
     entries: dict[str, Any] = {}
@@ -197,11 +198,35 @@ def _write_error(directory: pathlib.Path, error: OSError, needed: int) -> Checkp
 
 
 # -- writing from several processes -----------------------------------------------------------
-def _save_from_processes(
-    model: Any, directory: pathlib.Path, optimizer: Any, config: Any, step: int | None
+def save_sharded(
+    model: Any,
+    directory: str | os.PathLike[str],
+    *,
+    optimizer: Any = None,
+    config: Any = None,
+    step: int | None = None,
 ) -> pathlib.Path:
-    """`save` with several processes: each writes its tensor file into the temporary directory
-    process 0 made; process 0 writes the manifest and renames it once all have written."""
+    """`save` in the format of several processes: one tensor file per process, each entry cut
+    into the blocks the processes' devices hold (what `save` writes with several processes).
+
+    Every process writes its file into the temporary directory process 0 made; process 0 writes
+    the manifest and renames the directory into place only after all have written. With one
+    process it writes one such file (the tests use this).
+
+    Raises:
+        CheckpointError: ``directory`` is not a checkpoint (and is left alone), or some process
+            could not write its part (named); earlier checkpoints are intact.
+
+    Example:
+        >>> import os, tempfile
+        >>> import nnx_plugins
+        >>> from nnx_plugins.training._checkpoint import save_sharded
+        >>> model = nnx_plugins.build({"type": "Linear", "in_features": 2, "out_features": 3})
+        >>> where = save_sharded(model, os.path.join(tempfile.mkdtemp(), "c"), step=2)
+        >>> nnx_plugins.read_manifest(where)["entries"]["model/kernel"]["blocks"]
+        [{'file': 'tensors-00000-of-00001.safetensors', 'tensor': 'model/kernel#0', 'start': [0, 0], 'stop': [2, 3]}]
+    """
+    directory = pathlib.Path(directory)
     tensors: dict[str, np.ndarray] = {}
     entries: dict[str, Any] = {}
     collect_blocks(model, "model", tensors, entries)

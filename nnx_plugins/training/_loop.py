@@ -42,6 +42,7 @@ from ..registry._lookup import get_variable_type
 from ._checkpoint import latest_checkpoint, rotate, save, step_directory
 from ._checkpoint_load import load
 from ._checkpoint_manifest import read_manifest
+from ._collectives import sync
 from ._config import config_problem, load_train_config
 from ._data import Dataset, load_dataset
 from ._mesh import batch_placer, make_mesh, replicate_unplaced, shard_over
@@ -267,10 +268,15 @@ def train(
     started = time.perf_counter()
     config = load_train_config(config)
     plan = _plan(config, choose_run_dir(config, run_dir, resume))
+    if mesh is None and jax.process_count() > 1:  # (several processes: one data-parallel mesh)
+        mesh = {"data": jax.device_count()}
     if isinstance(mesh, Mapping):
         mesh = make_mesh(mesh)
     place = batch_placer(mesh, config.sections["train"].batch_size)
+    if not _is_main_process():  # (process 0 reports for all)
+        progress, console = False, None
     with RunLock(plan.run_dir) if _is_main_process() else contextlib.nullcontext():
+        sync("nnx-run-directory")  # (the others wait until process 0 holds the directory)
         check_new_run(plan.run_dir, plan.ckpt_dir, resume)
         model, optimizer = _setup(plan, mesh)
         with Progress(progress, plan.total, 0, console) as bar:
@@ -344,8 +350,9 @@ def _loop(
             )
         if (plan.ckpt_every and step % plan.ckpt_every == 0) or step == span[1]:
             checkpoint = step_directory(plan.ckpt_dir, step)
+            # (every process writes its part; process 0 commits, then rotates)
+            save(model, checkpoint, optimizer=optimizer, config=plan.config, step=step)
             if _is_main_process():
-                save(model, checkpoint, optimizer=optimizer, config=plan.config, step=step)
                 rotate(plan.ckpt_dir, keep)
     return checkpoint
 
