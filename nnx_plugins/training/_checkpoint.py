@@ -185,14 +185,17 @@ def save(
     return directory
 
 
+_INTACT = "Nothing was replaced: earlier checkpoints are intact."
+
+
 def _write_error(directory: pathlib.Path, error: OSError, needed: int) -> CheckpointError:
     return CheckpointError(
         directory,
         action="save",
         problems=[
             f"writing it failed: {os_problem(error)} ({getattr(error, 'filename', None) or directory}). "
-            f"It needs about {needed:,} bytes. Nothing was replaced: earlier checkpoints are "
-            "intact. Free space or fix permissions, or save elsewhere (--run-dir)."
+            f"It needs about {needed:,} bytes. {_INTACT} Free space or fix permissions, or save "
+            "elsewhere (--run-dir)."
         ],
     )
 
@@ -239,14 +242,12 @@ def save_sharded(
     if failed:
         if jax.process_index() == 0:
             _remove(str(temporary))
-        raise CheckpointError(
-            directory,
-            action="save",
-            problems=[
-                f"{process_label(p)} could not write its part: {why}" for p, why in failed.items()
-            ]
-            + ["Nothing was replaced: earlier checkpoints are intact."],
-        )
+        problems = [
+            f"{process_label(p)} could not write its part: {why}" for p, why in failed.items()
+        ]
+        if not all(_INTACT in why for why in failed.values()):
+            problems.append(_INTACT)
+        raise CheckpointError(directory, action="save", problems=problems)
     outcome = ""
     if jax.process_index() == 0:
         top = header(model, config, step, SHARDED_VERSION, has_optimizer=optimizer is not None)

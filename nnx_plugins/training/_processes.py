@@ -88,6 +88,7 @@ class ProcessGroup:
         self._client: Any = None
         self._lock = threading.Lock()
         self._closing = False
+        self._stopping = threading.Event()
         self._watcher: threading.Thread | None = None
 
     def label(self) -> str:
@@ -140,6 +141,8 @@ class ProcessGroup:
             self._finish()
         else:
             self._fail(error)
+        if self._stopping.is_set():  # another process failed: the watcher ends this one
+            threading.Event().wait()
 
     def _finish(self) -> None:
         """Wait for every process to finish, then disconnect (process 0 last)."""
@@ -156,7 +159,15 @@ class ProcessGroup:
         self._close()
 
     def _fail(self, error: BaseException) -> None:
-        """Tell the others why this process stops, then disconnect."""
+        """Tell the others why this process stops, then disconnect.
+
+        If another process failed first, this error is most likely a consequence (a collective
+        cut short): the first failure is reported instead, as the watcher would.
+        """
+        first = self._other_failure()
+        if first is not None:
+            self._stop(first)
+            return
         with self._lock:
             if self._closing:
                 return
@@ -190,33 +201,40 @@ class ProcessGroup:
 
     # -- watching the others -----------------------------------------------------------------
     def _watch(self) -> None:
-        everyone = list(range(self.num_processes))
         while not self._closing:
             time.sleep(self.poll_seconds)
-            try:
-                live = set(self._client.get_live_nodes(everyone))
-                failed = self._published(_FAILED)
-                if set(everyone) - live:  # (read again: it may have said why just before leaving)
-                    failed = self._published(_FAILED)
-                finished = self._published(_FINISHED)
-            except Exception as error:  # noqa: BLE001 - the coordination service is unreachable
-                self._stop(
-                    f"process 0 of {self.num_processes} (the coordinator, {self.coordinator}) "
-                    f"cannot be reached: it stopped or the network failed "
-                    f"({str(error).strip().splitlines()[0]})"
-                )
+            first = self._other_failure()
+            if first is not None:
+                self._stop(first)
                 return
-            failed.pop(self.process_id, None)
-            gone = [p for p in everyone if p not in live and p not in finished]
-            if failed:
-                first = min(failed)
-                self._stop(f"process {first} of {self.num_processes} failed: {failed[first]}")
-            elif gone:
-                names = ", ".join(f"process {p}" for p in gone)
-                self._stop(
-                    f"{names} of {self.num_processes} stopped without a word (killed, out of "
-                    f"memory or crashed: no heartbeat for {self.heartbeat_timeout} s)"
-                )
+
+    def _other_failure(self) -> str | None:
+        """What went wrong in another process, or None while all of them are fine."""
+        everyone = list(range(self.num_processes))
+        try:
+            live = set(self._client.get_live_nodes(everyone))
+            failed = self._published(_FAILED)
+            if set(everyone) - live:  # (read again: it may have said why just before leaving)
+                failed = self._published(_FAILED)
+            finished = self._published(_FINISHED)
+        except Exception as error:  # noqa: BLE001 - the coordination service is unreachable
+            return (
+                f"process 0 of {self.num_processes} (the coordinator, {self.coordinator}) "
+                f"cannot be reached: it stopped or the network failed "
+                f"({str(error).strip().splitlines()[0]})"
+            )
+        failed.pop(self.process_id, None)
+        gone = [p for p in everyone if p not in live and p not in finished]
+        if failed:
+            first = min(failed)
+            return f"process {first} of {self.num_processes} failed: {failed[first]}"
+        if gone:
+            names = ", ".join(f"process {p}" for p in gone)
+            return (
+                f"{names} of {self.num_processes} stopped without a word (killed, out of "
+                f"memory or crashed: no heartbeat for {self.heartbeat_timeout} s)"
+            )
+        return None
 
     def _published(self, prefix: str) -> dict[int, str]:
         return {
@@ -230,6 +248,7 @@ class ProcessGroup:
             if self._closing:
                 return
             self._closing = True
+            self._stopping.set()
         error = RunError(
             f"{reason}\nnnx: stopping {self.label()} as well. Every checkpoint is committed only "
             "after all processes wrote their part, so the newest one is complete: start all "
