@@ -84,7 +84,7 @@ def _process_group(args: argparse.Namespace, group_type: Any) -> Any:
 
 
 def _who(group: Any) -> str:
-    return "" if group is None or group.process_id is None else f"{group.label()}: "
+    return f"{group.label()}: " if group is not None and group.joined else ""
 
 
 def _quiet_stdout() -> None:

@@ -269,7 +269,8 @@ def _block_problems(where: str, entry: Mapping[str, Any], files: set[str]) -> li
     for block in blocks:
         if not (
             isinstance(block, dict)
-            and block.get("file") in files
+            and isinstance(block.get("file"), str)
+            and block["file"] in files
             and isinstance(block.get("tensor"), str)
             and all(
                 isinstance(block.get(k), list) and all(_is_int(n) for n in block[k])

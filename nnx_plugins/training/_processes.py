@@ -95,6 +95,11 @@ class ProcessGroup:
         """``"process I of N"``: how messages name this process."""
         return f"process {self.process_id} of {self.num_processes}"
 
+    @property
+    def joined(self) -> bool:
+        """Whether this process has joined the run (``with`` entered successfully)."""
+        return self._client is not None
+
     # -- joining ---------------------------------------------------------------------------
     def __enter__(self) -> ProcessGroup:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -120,10 +125,11 @@ class ProcessGroup:
             f"--coordinator {self.coordinator}, --num-processes {self.num_processes}, "
             f"--process-id {self.process_id}"
         )
-        text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        lines = str(error).strip().splitlines()
+        text = lines[0].rstrip(".") if lines else type(error).__name__
         if isinstance(error, ValueError) and "defined" in str(error):
             return (
-                f"cannot join a multi-process run ({given}): {text} JAX found none in the "
+                f"cannot join a multi-process run ({given}): {text}. JAX found none in the "
                 "environment either (JAX_COORDINATOR_ADDRESS, Slurm, Open MPI, Kubernetes, Cloud "
                 "TPU). Give all three: --coordinator HOST:PORT --num-processes N --process-id I."
             )

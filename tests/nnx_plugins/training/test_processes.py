@@ -295,15 +295,12 @@ def test_a_save_that_fails_in_one_process_is_refused_by_all_and_keeps_the_last(t
 
 # -- joining -----------------------------------------------------------------------------------
 def test_joining_errors_say_what_is_missing_or_wrong(tmp_path):
-    script = textwrap.dedent("""
-        from nnx_plugins.training._processes import ProcessGroup
-        from nnx_plugins.training._run_dir import RunError
-        for arguments in [{}, {"coordinator": "localhost:1", "num_processes": 2, "process_id": 5}]:
-            try:
-                with ProcessGroup(**arguments):
-                    pass
-            except RunError as error:
-                print(error)
+    config = write_config(tmp_path)
+    script = textwrap.dedent(f"""
+        from nnx_plugins.cli._main import main
+        print(main(["train", {config!r}, "--distributed"]))
+        print(main(["train", {config!r}, "--coordinator", "localhost:1", "--num-processes", "2",
+                    "--process-id", "5"]))
     """)
     done = subprocess.run(
         [sys.executable, "-c", script],
@@ -311,17 +308,21 @@ def test_joining_errors_say_what_is_missing_or_wrong(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
+        cwd=tmp_path,
     )
-    lines = done.stdout.splitlines()
-    assert done.returncode == 0 and len(lines) == 2, done.stderr[-3000:]
-    assert lines[0].startswith(
-        "cannot join a multi-process run (--coordinator None, --num-processes None, "
+    assert done.stdout.split() == ["1", "1"], done.stderr[-3000:]
+    first, second = done.stderr.strip().splitlines()
+    assert first.startswith(
+        "nnx: error: cannot join a multi-process run (--coordinator None, --num-processes None, "
         "--process-id None): coordinator_address should be defined. JAX found none in the "
         "environment either"
     )
-    assert "Give all three: --coordinator HOST:PORT --num-processes N --process-id I." in lines[0]
-    assert "--process-id 5): process_id and num_processes must be nonnegative" in lines[1]
-    assert "Start every process with the same --coordinator" in lines[1]
+    assert first.endswith(
+        "Give all three: --coordinator HOST:PORT --num-processes N --process-id I."
+    )
+    assert "--process-id 5): process_id and num_processes must be nonnegative" in second
+    assert "Start every process with the same --coordinator" in second
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize(
