@@ -8,6 +8,11 @@ optimizer moments) is checkpointed, so ``resume=True`` continues to exactly the 
 uninterrupted run reaches. The run directory receives ``metrics.jsonl``, ``metrics.png`` and
 ``checkpoints/step_N``.
 
+With several processes (`jax.distributed`, e.g. inside a `ProcessGroup`), every process calls
+`train` with the same arguments: the mesh spans every process's devices, each process feeds its
+devices' rows of each global batch, process 0 holds the run directory and reports, and every
+process writes its part of each checkpoint.
+
 Example:
     >>> import tempfile
     >>> from nnx_plugins import train
@@ -248,8 +253,9 @@ def train(
         resume: continue from the newest checkpoint in the run's checkpoint directory.
         mesh: a `jax.sharding.Mesh` with a ``data`` axis (and optionally ``model``), or a
             mapping such as ``{"data": 8}``; the batch is sharded over ``data`` and each Variable
-            by its ``sharding_names`` where they name a mesh axis.
-        progress: show a progress bar.
+            by its ``sharding_names`` where they name a mesh axis. With several processes the
+            default is ``{"data": jax.device_count()}``.
+        progress: show a progress bar (process 0 only).
         console: a `rich.console.Console` for the evaluation and resume lines; by default
             stdout while the progress bar is shown, and nowhere when ``progress=False``.
         stop_at: stop after this step (as a preempted job would), checkpointing it.
@@ -263,7 +269,7 @@ def train(
         CheckpointError: ``resume`` found a checkpoint that does not fit.
         RunError: ``run_dir`` is a file, holds checkpoints but ``resume`` is False, is used by
             another run, cannot be written (a full disk, no permission); or the ``mesh`` does
-            not fit the devices or the batch.
+            not fit the devices (of every process) or the batch.
     """
     started = time.perf_counter()
     config = load_train_config(config)
