@@ -1,5 +1,6 @@
 """nnx_core: Modules, Variables, the graph/state API, filters, Rngs and lifted transforms."""
 
+from . import metrics as metrics
 from ._api import clone as clone
 from ._api import graphdef as graphdef
 from ._api import iter_graph as iter_graph
@@ -18,9 +19,19 @@ from ._filters import PathContains as PathContains
 from ._filters import to_predicate as to_predicate
 from ._graph import GraphDef as GraphDef
 from ._graph import register_node_type as register_node_type
+from ._kinds import set_variable_kind_resolver as set_variable_kind_resolver
+from ._logical import logical_axis_rules as logical_axis_rules
+from ._logical import with_logical_constraint as with_logical_constraint
+from ._logical import with_partitioning as with_partitioning
+from ._module import M as M
 from ._module import Module as Module
 from ._optimizer import Optimizer as Optimizer
 from ._optimizer import OptState as OptState
+from ._pytree import Dict as Dict
+from ._pytree import List as List
+from ._pytree import Object as Object
+from ._pytree import PathKey as PathKey
+from ._pytree import Pytree as Pytree
 from ._rng_split import SplitBackups as SplitBackups
 from ._rng_split import fork_rngs as fork_rngs
 from ._rng_split import reseed as reseed
@@ -37,7 +48,10 @@ from ._sharding import get_partition_spec as get_partition_spec
 from ._sharding import shard as shard
 from ._state import State as State
 from ._state import format_path as format_path
+from ._tabulate import tabulate as tabulate
 from ._tracing import TraceContextError as TraceContextError
+from ._train_state import ApplyCaller as ApplyCaller
+from ._train_state import TrainState as TrainState
 from ._transforms._autodiff import DiffState as DiffState
 from ._transforms._autodiff import grad as grad
 from ._transforms._autodiff import jvp as jvp
@@ -60,35 +74,51 @@ from ._transforms._partial import cached_partial as cached_partial
 from ._transforms._partial import jit_partial as jit_partial
 from ._transforms._scan import scan as scan
 from ._transforms._shard_map import shard_map as shard_map
+from ._variable_metadata import VariableMetadata as VariableMetadata
+from ._variable_metadata import with_metadata as with_metadata
+from ._variables import A as A
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache
 from ._variables import Intermediate as Intermediate
 from ._variables import Param as Param
+from ._variables import Perturbation as Perturbation
 from ._variables import Variable as Variable
 from ._variables import register_variable_type as register_variable_type
 from ._variables import registered_variable_types as registered_variable_types
-from ._variables import set_variable_kind_resolver as set_variable_kind_resolver
 from ._variables import variable_name as variable_name
 from ._variables import variable_type as variable_type
+from .metrics import Metric as Metric
+from .metrics import MultiMetric as MultiMetric
 
 __all__ = [
+    "A",
     "All",
     "Any",
+    "ApplyCaller",
     "BatchStat",
     "Cache",
     "DiffState",
     "Carry",
+    "Dict",
     "Everything",
     "GraphDef",
     "Intermediate",
+    "List",
+    "M",
+    "Metric",
     "Module",
+    "MultiMetric",
     "Not",
     "Nothing",
+    "Object",
     "OfType",
     "OptState",
     "Optimizer",
     "Param",
     "PathContains",
+    "PathKey",
+    "Perturbation",
+    "Pytree",
     "RngCount",
     "RngKey",
     "RngStream",
@@ -98,9 +128,11 @@ __all__ = [
     "StateAxes",
     "StateSharding",
     "TraceContextError",
+    "TrainState",
     "Variable",
     "WithTag",
     "cached_partial",
+    "VariableMetadata",
     "clone",
     "cond",
     "create_sharded",
@@ -119,6 +151,8 @@ __all__ = [
     "jvp",
     "merge",
     "pmap",
+    "logical_axis_rules",
+    "metrics",
     "pop",
     "register_node_type",
     "register_variable_type",
@@ -134,6 +168,7 @@ __all__ = [
     "split_rngs",
     "switch",
     "state",
+    "tabulate",
     "to_predicate",
     "update",
     "value_and_grad",
@@ -142,4 +177,7 @@ __all__ = [
     "vjp",
     "vmap",
     "while_loop",
+    "with_logical_constraint",
+    "with_metadata",
+    "with_partitioning",
 ]

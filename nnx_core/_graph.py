@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from types import GenericAlias
 from typing import Any
 
 import jax
@@ -228,6 +229,9 @@ class GraphDef:
 
     __slots__ = ("spec", "paths", "_hash")
 
+    def __class_getitem__(cls, item: Any) -> GenericAlias:  # GraphDef[Model] in annotations
+        return GenericAlias(cls, item)
+
     def __init__(self, spec: tuple[Any, ...], paths: tuple[Path, ...]):
         self.spec = spec
         self.paths = paths
@@ -393,7 +397,7 @@ class Plan:
     def write_leaf(self, i: int, value: Any) -> None:
         leaf = self.leaves[i]
         if isinstance(leaf, Variable):
-            leaf.value = value
+            leaf.set_raw_value(value)
         else:
             owner, impl, key = self.owners[i]
             write_child(owner, impl, key, value)
@@ -512,7 +516,7 @@ class _Unflattener:
             value = self.next_leaf()
             old = self.reuse.get(i)
             if old is not None and type(old) is cls:
-                old.value = value
+                old.set_raw_value(value)
                 if old.meta_key() != meta_key:
                     old.set_metadata(**dict(meta_key))
                 v = old

@@ -1,7 +1,8 @@
 """Normalization layers: `BatchNorm`, `LayerNorm` and `RMSNorm`.
 
 Statistics are computed in at least float32 (``float32`` for ``bfloat16``/``float16`` inputs);
-the output dtype is ``dtype`` if given, else the promotion of the input and the parameters.
+the output dtype is ``dtype`` if given, else the promotion of the input and the parameters
+(see `nnx_layers._norm_stats`).
 """
 
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,15 @@ from ._checks import (
     metadata,
     promote_dtype,
 )
+from ._constraints import NonNegative, Rate, Size
+from ._norm_stats import (
+    affine_params,
+    check_epsilon,
+    mean_square,
+    moments,
+    normalize,
+    param_value,
+)
 from .initializers import Initializer
 
 __all__ = ["BatchNorm", "LayerNorm", "RMSNorm"]
@@ -32,98 +42,13 @@ __all__ = ["BatchNorm", "LayerNorm", "RMSNorm"]
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-def _square(x: jax.Array) -> jax.Array:
-    return (x * jnp.conj(x)).real if jnp.iscomplexobj(x) else jnp.square(x)
-
-
-def _stats_input(x: jax.Array, module: Any) -> jax.Array:
-    """``x`` in the statistics dtype: the computation dtype, at least float32."""
-    dtype = x.dtype if module.dtype is None else module.dtype
-    return jnp.asarray(x, jnp.promote_types(dtype, jnp.float32))
-
-
-def _all_mean(value: Any, module: Any) -> Any:
-    """Average ``value`` over ``module.axis_name`` (a no-op without one)."""
-    if module.axis_name is None:
-        return value
-    return jax.lax.pmean(value, module.axis_name, axis_index_groups=module.axis_index_groups)
-
-
-def _moments(
-    x: jax.Array, axes: tuple[int, ...], *, module: Any, mask: jax.Array | None
-) -> tuple[jax.Array, jax.Array]:
-    """Mean and variance of ``x`` over ``axes`` (and over ``module.axis_name``)."""
-    x = _stats_input(x, module)
-    if module.use_fast_variance:
-        mean, mean2 = _all_mean(
-            (jnp.mean(x, axes, where=mask), jnp.mean(_square(x), axes, where=mask)), module
-        )
-        return mean, jnp.maximum(0.0, mean2 - _square(mean))
-    mean = _all_mean(jnp.mean(x, axes, where=mask), module)
-    centered = x - jnp.expand_dims(mean, axes)
-    return mean, _all_mean(jnp.mean(_square(centered), axes, where=mask), module)
-
-
-def _mean_square(
-    x: jax.Array, axes: tuple[int, ...], *, module: Any, mask: jax.Array | None
-) -> jax.Array:
-    """Mean of ``x**2`` over ``axes`` (and over ``module.axis_name``)."""
-    return _all_mean(jnp.mean(_square(_stats_input(x, module)), axes, where=mask), module)
-
-
-def _normalize(
-    x: jax.Array,
-    mean: jax.Array | None,
-    var: jax.Array,
-    *,
-    scale: jax.Array | None,
-    bias: jax.Array | None,
-    module: Any,
-    axes: tuple[tuple[int, ...], tuple[int, ...]],
-) -> jax.Array:
-    """``(x - mean) * rsqrt(var + epsilon) * scale + bias``, cast to the output dtype.
-
-    ``axes`` is ``(reduction_axes, feature_axes)``; ``x``, ``scale`` and ``bias`` have already
-    been promoted to a common dtype, which is the output dtype unless ``module.dtype`` is set.
-    """
-    reduction_axes, feature_axes = axes
-    stats_shape = [1 if a in reduction_axes else d for a, d in enumerate(x.shape)]
-    feature_shape = [d if a in feature_axes else 1 for a, d in enumerate(x.shape)]
-    y = x if mean is None else x - mean.reshape(stats_shape)
-    multiplier = jax.lax.rsqrt(var.reshape(stats_shape) + module.epsilon)
-    if scale is not None:
-        multiplier = multiplier * scale.reshape(feature_shape)
-    y = y * multiplier
-    if bias is not None:
-        y = y + bias.reshape(feature_shape)
-    return jnp.asarray(y, x.dtype if module.dtype is None else module.dtype)
-
-
-def _value(variable: Any) -> jax.Array | None:
-    return None if variable is None else variable.value
-
-
-def _affine_params(
-    module: Any, rngs: Rngs, shape: tuple[int, ...], *, use_bias: bool, use_scale: bool
-) -> tuple[Param | None, Param | None]:
-    """Create the ``(scale, bias)`` Params (``None`` when disabled) with their metadata."""
-    scale = bias = None
-    if use_scale:
-        value = module.scale_init(rngs.params(), shape, module.param_dtype)
-        scale = Param(value, **module.scale_metadata)
-    if use_bias:
-        value = module.bias_init(rngs.params(), shape, module.param_dtype)
-        bias = Param(value, **module.bias_metadata)
-    return scale, bias
-
-
-def _check_epsilon(layer: str, epsilon: Any) -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, Real) or epsilon < 0:
+def _check_momentum(momentum: Any) -> float:
+    if isinstance(momentum, bool) or not isinstance(momentum, Real) or not 0 <= momentum <= 1:
         raise ValueError(
-            f"{layer} epsilon must be a non-negative number, got {epsilon!r}. "
-            f"Pass e.g. epsilon=1e-5."
+            f"BatchNorm momentum must be a number in [0, 1] (the weight of the running "
+            f"averages), got {momentum!r}. Pass e.g. momentum=0.99."
         )
-    return float(epsilon)
+    return float(momentum)
 
 
 class BatchNorm(Module):
@@ -154,7 +79,8 @@ class BatchNorm(Module):
         scale_metadata: metadata for the ``scale`` Param.
 
     Raises:
-        ValueError: for an input whose feature axis is not ``num_features`` wide.
+        ValueError: for a ``momentum`` outside ``[0, 1]`` or a negative ``epsilon``; for an
+            input whose feature axis is not ``num_features`` wide.
         TypeError: for a non-floating input.
 
     Example:
@@ -172,12 +98,12 @@ class BatchNorm(Module):
 
     def __init__(
         self,
-        num_features: int,
+        num_features: Size,
         *,
         use_running_average: bool | None = False,
         axis: int | Sequence[int] = -1,
-        momentum: float = 0.99,
-        epsilon: float = 1e-5,
+        momentum: Rate = 0.99,
+        epsilon: NonNegative = 1e-5,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         use_bias: bool = True,
@@ -194,8 +120,8 @@ class BatchNorm(Module):
         self.num_features = check_positive_int("BatchNorm", "num_features", num_features)
         self.use_running_average = use_running_average
         self.axis = frozen(axis)
-        self.momentum = momentum
-        self.epsilon = _check_epsilon("BatchNorm", epsilon)
+        self.momentum = _check_momentum(momentum)
+        self.epsilon = check_epsilon("BatchNorm", epsilon)
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.use_bias = use_bias
@@ -210,7 +136,7 @@ class BatchNorm(Module):
         shape = (num_features,)
         self.mean = BatchStat(jnp.zeros(shape, jnp.float32))
         self.var = BatchStat(jnp.ones(shape, jnp.float32))
-        self.scale, self.bias = _affine_params(
+        self.scale, self.bias = affine_params(
             self, rngs, shape, use_bias=use_bias, use_scale=use_scale
         )
 
@@ -238,13 +164,13 @@ class BatchNorm(Module):
         check_feature_size("BatchNorm", x, feature_axes, self.num_features)
         reduction_axes = tuple(a for a in range(x.ndim) if a not in feature_axes)
         x, mean, var, scale, bias = promote_dtype(
-            (x, self.mean.value, self.var.value, _value(self.scale), _value(self.bias)),
+            (x, self.mean.value, self.var.value, param_value(self.scale), param_value(self.bias)),
             dtype=self.dtype,
         )
         if not use_running_average:
-            mean, var = _moments(x, reduction_axes, module=self, mask=mask)
+            mean, var = moments(x, reduction_axes, module=self, mask=mask)
             self._update_running(mean, var)
-        return _normalize(
+        return normalize(
             x, mean, var, scale=scale, bias=bias, module=self, axes=(reduction_axes, feature_axes)
         )
 
@@ -292,9 +218,9 @@ class LayerNorm(Module):
 
     def __init__(
         self,
-        num_features: int,
+        num_features: Size,
         *,
-        epsilon: float = 1e-6,
+        epsilon: NonNegative = 1e-6,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         use_bias: bool = True,
@@ -311,7 +237,7 @@ class LayerNorm(Module):
         scale_metadata: Mapping[str, Any] = _EMPTY,
     ):
         self.num_features = check_positive_int("LayerNorm", "num_features", num_features)
-        self.epsilon = _check_epsilon("LayerNorm", epsilon)
+        self.epsilon = check_epsilon("LayerNorm", epsilon)
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.use_bias = use_bias
@@ -326,7 +252,7 @@ class LayerNorm(Module):
         self.bias_metadata = metadata(bias_metadata)
         self.scale_metadata = metadata(scale_metadata)
         shape = (num_features,)
-        self.scale, self.bias = _affine_params(
+        self.scale, self.bias = affine_params(
             self, rngs, shape, use_bias=use_bias, use_scale=use_scale
         )
 
@@ -336,9 +262,11 @@ class LayerNorm(Module):
         reduction_axes = canonical_axes("LayerNorm", self.reduction_axes, x.ndim)
         feature_axes = canonical_axes("LayerNorm", self.feature_axes, x.ndim)
         check_feature_size("LayerNorm", x, feature_axes, self.num_features)
-        x, scale, bias = promote_dtype((x, _value(self.scale), _value(self.bias)), dtype=self.dtype)
-        mean, var = _moments(x, reduction_axes, module=self, mask=mask)
-        return _normalize(
+        x, scale, bias = promote_dtype(
+            (x, param_value(self.scale), param_value(self.bias)), dtype=self.dtype
+        )
+        mean, var = moments(x, reduction_axes, module=self, mask=mask)
+        return normalize(
             x, mean, var, scale=scale, bias=bias, module=self, axes=(reduction_axes, feature_axes)
         )
 
@@ -376,9 +304,9 @@ class RMSNorm(Module):
 
     def __init__(
         self,
-        num_features: int,
+        num_features: Size,
         *,
-        epsilon: float = 1e-6,
+        epsilon: NonNegative = 1e-6,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         use_scale: bool = True,
@@ -392,7 +320,7 @@ class RMSNorm(Module):
         scale_metadata: Mapping[str, Any] = _EMPTY,
     ):
         self.num_features = check_positive_int("RMSNorm", "num_features", num_features)
-        self.epsilon = _check_epsilon("RMSNorm", epsilon)
+        self.epsilon = check_epsilon("RMSNorm", epsilon)
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.use_scale = use_scale
@@ -414,12 +342,12 @@ class RMSNorm(Module):
         reduction_axes = canonical_axes("RMSNorm", self.reduction_axes, x.ndim)
         feature_axes = canonical_axes("RMSNorm", self.feature_axes, x.ndim)
         check_feature_size("RMSNorm", x, feature_axes, self.num_features)
-        x, scale = promote_dtype((x, _value(self.scale)), dtype=self.dtype)
-        mean_square = _mean_square(x, reduction_axes, module=self, mask=mask)
-        return _normalize(
+        x, scale = promote_dtype((x, param_value(self.scale)), dtype=self.dtype)
+        mean_sq = mean_square(x, reduction_axes, module=self, mask=mask)
+        return normalize(
             x,
             None,
-            mean_square,
+            mean_sq,
             scale=scale,
             bias=None,
             module=self,

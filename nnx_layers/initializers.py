@@ -336,6 +336,9 @@ class VarianceScaling(_Base):
 class Orthogonal(_Base):
     """Sample a (semi-)orthogonal matrix over ``column_axis`` and the flattened other axes.
 
+    Half-precision dtypes are sampled in float32 and cast (as flax.nnx's LSTMCell does for its
+    recurrent kernel), which also works where QR has no half-precision kernel (CPU).
+
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from nnx_layers.initializers import orthogonal
@@ -359,7 +362,9 @@ class Orthogonal(_Base):
         n_cols = shape[self.column_axis]
         n_rows = math.prod(shape) // n_cols
         wide = n_rows < n_cols
-        matrix = jax.random.normal(key, (n_cols, n_rows) if wide else (n_rows, n_cols), dtype)
+        # Half precision: sample and factorize in float32, then cast (CPU has no bf16 QR).
+        compute = jnp.promote_types(dtype, jnp.float32)
+        matrix = jax.random.normal(key, (n_cols, n_rows) if wide else (n_rows, n_cols), compute)
         q, r = jnp.linalg.qr(matrix)
         q = q * jnp.sign(jnp.diagonal(r))[None, :]
         if wide:
@@ -367,7 +372,7 @@ class Orthogonal(_Base):
         other = tuple(np.delete(np.array(shape), self.column_axis))
         q = jnp.reshape(q, other + (n_cols,))
         q = jnp.moveaxis(q, -1, self.column_axis)
-        return jnp.asarray(self.scale, dtype) * q
+        return (jnp.asarray(self.scale, compute) * q).astype(dtype)
 
 
 #: Initialize with zeros (an initializer, not a factory): ``bias_init=zeros``.

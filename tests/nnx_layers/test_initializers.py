@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax.nnx.nn.recurrent import modified_orthogonal
 
 import nnx_layers
 from nnx_layers import initializers as init
@@ -68,6 +69,15 @@ def test_same_values_as_flax_in_half_precision(ours, theirs, dtype):
     a, b = ours(KEY, SHAPE, dtype), theirs(KEY, SHAPE, dtype)
     assert a.dtype == b.dtype == dtype
     np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+def test_orthogonal_in_half_precision_is_the_float32_sample_cast():
+    # flax.nnx's LSTMCell default (modified_orthogonal) does this; jax's orthogonal has no
+    # bfloat16 QR on CPU.
+    a = init.orthogonal()(KEY, SHAPE, jnp.bfloat16)
+    assert a.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(a, init.orthogonal()(KEY, SHAPE).astype(jnp.bfloat16))
+    np.testing.assert_array_equal(a, modified_orthogonal(KEY, SHAPE, jnp.bfloat16))
 
 
 def test_aliases_are_equal_value_objects():

@@ -149,6 +149,7 @@ def test_two_processes_train_like_one_process_and_their_checkpoint_resumes_in_on
     assert sorted(p.name for p in two_dir.iterdir()) == [
         ".nnx-run.lock",
         "checkpoints",
+        "config.yaml",
         "metrics.jsonl",
         "metrics.png",
     ]
