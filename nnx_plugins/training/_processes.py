@@ -46,6 +46,8 @@ _FAILED = "nnx/failed/"  # + process index: that process's error
 _FINISHED = "nnx/finished/"  # + process index: that process completed its run
 _FINISH_TIMEOUT = 600  # seconds a finished process waits for the others to finish
 _LEAVE_TIMEOUT = 30  # seconds process 0 waits for the others to disconnect
+_SHUTDOWN_TIMEOUT = 120  # seconds to leave the run when every process finished
+_FAILED_SHUTDOWN_TIMEOUT = 10  # seconds to leave the run when a process failed
 
 
 class ProcessGroup:
@@ -183,15 +185,22 @@ class ProcessGroup:
             self._client.key_value_set(f"{_FAILED}{self.process_id}", reason)
         except Exception:  # noqa: BLE001 - the service is gone: the others notice by themselves
             pass
-        self._disconnect()
+        self._disconnect(patience=_FAILED_SHUTDOWN_TIMEOUT)
 
     def _close(self) -> None:
         with self._lock:
             self._closing = True
         self._disconnect()
 
-    def _disconnect(self) -> None:
-        """Leave the run; process 0 hosts the service, so it waits for the others to leave."""
+    def _disconnect(self, *, patience: float = _SHUTDOWN_TIMEOUT) -> None:
+        """Leave the run; process 0 hosts the service, so it waits for the others to leave.
+
+        The watcher ends first: a thread still inside a call to the service when the
+        interpreter exits aborts the process (Python ends such threads in the middle of the C++
+        call), so nothing may be left calling the service once this returns.
+        """
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join(timeout=_LEAVE_TIMEOUT)  # (it sees _closing after one poll)
         if self.process_id == 0:
             others = set(range(1, self.num_processes))
             deadline = time.monotonic() + _LEAVE_TIMEOUT
@@ -203,7 +212,7 @@ class ProcessGroup:
                 time.sleep(0.05)
         leaving = threading.Thread(target=jax.distributed.shutdown, daemon=True)
         leaving.start()
-        leaving.join(timeout=10)
+        leaving.join(timeout=patience)  # (a thread: it may hang when another process died)
 
     # -- watching the others -----------------------------------------------------------------
     def _watch(self) -> None:
@@ -262,6 +271,6 @@ class ProcessGroup:
         )
         stream = self.stream or sys.stderr
         print(f"nnx: error: {error}", file=stream, flush=True)
-        self._disconnect()
+        self._disconnect(patience=_FAILED_SHUTDOWN_TIMEOUT)
         sys.stdout.flush()
         os._exit(1)

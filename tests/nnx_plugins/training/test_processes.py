@@ -7,6 +7,8 @@ so each process really writes and reads its own blocks.
 
 import json
 import os
+import pathlib
+import re
 import shutil
 import signal
 import socket
@@ -22,6 +24,7 @@ import pytest
 import nnx_core as nnx
 import nnx_plugins
 from nnx_plugins import load, read_manifest, train
+from nnx_plugins.cli._main import build_parser
 from nnx_plugins.training._checkpoint import latest_checkpoint, list_checkpoints
 
 # examples/digits_mlp.yaml, smaller. The first Linear has no bias: a bias right before BatchNorm
@@ -49,6 +52,7 @@ MLP = {
     "train": {"steps": 12, "batch_size": 32, "log_interval": 1, "eval_interval": 6},
     "checkpoint": {"interval": 6, "keep": 3},
 }
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 COMMAND = [sys.executable, "-m", "nnx_plugins.cli._main", "train"]
 
 
@@ -144,7 +148,8 @@ def test_two_processes_train_like_one_process_and_their_checkpoint_resumes_in_on
     assert (code0, code1, code) == (0, 0, 0), err0[-3000:] + err1[-3000:] + err[-3000:]
 
     # one process reports for all: the bar, the evaluations, the summary, one log and plot
-    assert "trained 12 steps" in out0 and "step      6/12  test loss" in out0 and "train" in out0
+    assert "trained 12 steps" in out0 and "step      6/12  test loss" in out0
+    assert re.search(r"^train .* 12/12 loss \d\.\d{4} [\d,]+ ex/s", out0, re.M), out0  # (the bar)
     assert out1 == "" and err1 == ""
     assert sorted(p.name for p in two_dir.iterdir()) == [
         ".nnx-run.lock",
@@ -226,6 +231,7 @@ def test_killing_one_process_stops_the_other_and_keeps_the_last_checkpoint(tmp_p
             assert all(p.poll() is None for p in processes), finish(processes)
             assert time.monotonic() < deadline, "no checkpoint within 180 s"
             time.sleep(0.1)
+        seen = latest_checkpoint(run_dir / "checkpoints")
         os.kill(processes[1].pid, signal.SIGKILL)
         killed = time.monotonic()
         (code, _, err), (code1, _, _) = finish(processes, timeout=120)
@@ -242,7 +248,7 @@ def test_killing_one_process_stops_the_other_and_keeps_the_last_checkpoint(tmp_p
     assert time.monotonic() - killed < 90
     # the newest complete checkpoint loads; the steps that were cut short left nothing half-done
     last = latest_checkpoint(run_dir / "checkpoints")
-    assert read_manifest(last)["step"] % 5 == 0
+    assert read_manifest(last)["step"] % 5 == 0 and last.name >= seen.name
     values(last)
     assert all(p.name.startswith(("step_", ".step_")) for p in (run_dir / "checkpoints").iterdir())
     assert [p.name for p in list_checkpoints(run_dir / "checkpoints")][-1] == last.name
@@ -348,21 +354,52 @@ def test_joining_errors_say_what_is_missing_or_wrong(tmp_path):
     ],
 )
 def test_process_options_are_checked_by_the_parser(option, match, capsys):
-    import re
-
-    from nnx_plugins.cli._main import build_parser
-
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "c.yaml", *option])
     assert re.search(match, capsys.readouterr().err)
 
 
 def test_process_options_parse():
-    from nnx_plugins.cli._main import build_parser
-
     args = build_parser().parse_args(
         ["train", "c.yaml", "--coordinator", "10.0.0.1:1234", "--num-processes", "4"]
         + ["--process-id", "3", "--heartbeat-timeout", "30"]
     )
     assert (args.coordinator, args.num_processes, args.process_id) == ("10.0.0.1:1234", 4, 3)
     assert args.heartbeat_timeout == 30 and args.distributed is False
+
+
+def documented_commands():
+    """The ``nnx train`` command lines of docs/multi-device.md's "Many processes" bash blocks."""
+    section = (
+        (ROOT / "docs" / "multi-device.md")
+        .read_text(encoding="utf-8")
+        .split("## Many processes", 1)[1]
+    )
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", section, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.startswith("nnx train"):  # (without "nnx train" and a final "&")
+                words = line.replace("$RANK", "3").split()[2:]
+                commands.append(words[:-1] if words[-1] == "&" else words)
+    return commands
+
+
+def test_the_documented_command_lines_parse_into_one_run_of_processes():
+    commands = documented_commands()
+    assert len(commands) == 3  # (localhost: two processes; a cluster: one line per host)
+    parsed = [build_parser().parse_args(["train", *command]) for command in commands]
+    localhost, cluster = parsed[:2], parsed[2]
+    assert [a.process_id for a in localhost] == [0, 1]
+    for args in localhost:
+        assert (args.file, args.mesh, args.num_processes) == (
+            "examples/digits_mlp.yaml",
+            "data=8",
+            2,
+        )
+        assert args.coordinator == "localhost:5555" and args.overrides == []
+    assert (cluster.coordinator, cluster.num_processes, cluster.mesh) == (
+        "10.0.0.1:5555",
+        4,
+        "data=16",
+    )
+    assert (ROOT / localhost[0].file).is_file()
