@@ -69,6 +69,7 @@ _EXPORTS = {
     "TrainResult": ".training._loop",
     "load_train_config": ".training._config",
     "DataError": ".training._data",
+    "ProcessGroup": ".training._processes",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -142,3 +143,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .training._loop import TrainResult as TrainResult
     from .training._loop import evaluate as evaluate
     from .training._loop import train as train
+    from .training._processes import ProcessGroup as ProcessGroup

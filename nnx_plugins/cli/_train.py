@@ -15,6 +15,8 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from typing import Any
 
@@ -30,40 +32,75 @@ def _train(args: argparse.Namespace) -> int:
     from ..config._load import load_config  # (here: listing stays light)
     from ..training._loop import train  # (here: listing stays light)
     from ..training._mesh import parse_mesh  # (here: listing stays light)
+    from ..training._processes import ProcessGroup  # (here: listing stays light)
     from ..training._run_dir import RunError  # (here: listing stays light)
 
     given = one_file(args, "train FILE [KEY=VALUE...] [options]")
     if given is None:
         return 2
     console = Console(highlight=False)
+    group = _process_group(args, ProcessGroup)
     try:
-        mesh = parse_mesh(args.mesh) if args.mesh else None
-        result = train(
-            load_config(given[0], overrides=given[1]),
-            run_dir=args.run_dir,
-            resume=args.resume,
-            mesh=mesh,
-            progress=not args.no_progress,
-            console=console,
-            allow_large=args.allow_large,
-        )
-    except RunError as error:  # the run directory, the devices, the batch
-        print(f"nnx: error: {error}", file=sys.stderr)
+        with group or contextlib.nullcontext():
+            if group is not None and group.process_id != 0:
+                _quiet_stdout()  # (process 0 reports for all; errors still go to stderr)
+            mesh = parse_mesh(args.mesh) if args.mesh else None
+            result = train(
+                load_config(given[0], overrides=given[1]),
+                run_dir=args.run_dir,
+                resume=args.resume,
+                mesh=mesh,
+                progress=not args.no_progress,
+                console=console,
+                allow_large=args.allow_large,
+            )
+    except RunError as error:  # the run directory, the devices, the batch, the processes
+        print(f"nnx: error: {_who(group)}{error}", file=sys.stderr)
         return 1
     except NnxError as error:  # (configs, checkpoints, data: they say where themselves)
-        print(str(error), file=sys.stderr)
+        print(f"{_who(group)}{error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(
-            "nnx: interrupted. The checkpoints written so far are intact (saves are atomic); "
-            "continue with the same command and --resume.",
+            f"nnx: {_who(group)}interrupted. The checkpoints written so far are intact (saves "
+            "are atomic); continue with the same command and --resume.",
             file=sys.stderr,
         )
         return 130
-    console.print(f"{_what_was_trained(result)}; run directory {result.run_dir}", soft_wrap=True)
-    console.print(f"checkpoint: {result.checkpoint}", soft_wrap=True)
-    console.print(f"test accuracy: {result.test_accuracy:.2%} (test loss {result.test_loss:.4f})")
+    if group is None or group.process_id == 0:
+        console.print(
+            f"{_what_was_trained(result)}; run directory {result.run_dir}", soft_wrap=True
+        )
+        console.print(f"checkpoint: {result.checkpoint}", soft_wrap=True)
+        console.print(
+            f"test accuracy: {result.test_accuracy:.2%} (test loss {result.test_loss:.4f})"
+        )
     return 0
+
+
+def _process_group(args: argparse.Namespace, group_type: Any) -> Any:
+    """The `ProcessGroup` the multi-process options ask for, or None for one process."""
+    given = (args.coordinator, args.num_processes, args.process_id)
+    if not args.distributed and all(value is None for value in given):
+        return None
+    return group_type(
+        coordinator=args.coordinator,
+        num_processes=args.num_processes,
+        process_id=args.process_id,
+        heartbeat_timeout=args.heartbeat_timeout,
+    )
+
+
+def _who(group: Any) -> str:
+    return f"{group.label()}: " if group is not None and group.joined else ""
+
+
+def _quiet_stdout() -> None:
+    """Send this process's stdout (file descriptor 1, so C++ output too) to the null device."""
+    sys.stdout.flush()
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
 
 
 def _what_was_trained(result: Any) -> str:
@@ -127,6 +164,7 @@ def add_commands(subparsers: Any) -> None:
         action="store_true",
         help="train even when the memory estimate exceeds the memory available",
     )
+    _add_process_options(parser)
 
     text = "evaluate a checkpoint on the test split of a config's data"
     parser = subparsers.add_parser("eval", help=text, description=text)
@@ -138,3 +176,45 @@ def add_commands(subparsers: Any) -> None:
         required=True,
         help="a checkpoint directory, or a directory of step_N checkpoints",
     )
+
+
+def _add_process_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "many processes (jax.distributed)",
+        "Run the same command in every process; --mesh describes the global mesh over the "
+        "devices of all of them. Process 0 writes the logs and commits the checkpoints.",
+    )
+    group.add_argument(
+        "--coordinator", metavar="HOST:PORT", default=None, help="process 0's host and a free port"
+    )
+    group.add_argument(
+        "--num-processes", metavar="N", type=_positive, default=None, help="how many processes"
+    )
+    group.add_argument(
+        "--process-id", metavar="I", type=_index, default=None, help="this process: 0 .. N-1"
+    )
+    group.add_argument(
+        "--distributed",
+        action="store_true",
+        help="join a multi-process run, letting JAX read what is not given from the environment "
+        "(JAX_COORDINATOR_ADDRESS, Slurm, Open MPI, Kubernetes, Cloud TPU)",
+    )
+    group.add_argument(
+        "--heartbeat-timeout",
+        metavar="SECONDS",
+        type=_positive,
+        default=100,
+        help="a process silent this long counts as dead and stops the others (default 100)",
+    )
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+def _index(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)

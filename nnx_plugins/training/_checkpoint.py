@@ -23,33 +23,25 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import hashlib
-import importlib.metadata as metadata
 import json
 import os
 import pathlib
 import re
 import shutil
 import tempfile
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from safetensors.numpy import save_file
 
-import nnx_core
-
 from .._errors import NnxError
-from .._text import format_path, os_problem
-from ..config._build import to_config
-from ..registry._errors import PluginError
-from ..registry._lookup import load_variable_types
-from ..registry._registry import default_registry
+from .._text import os_problem
+from ._checkpoint_blocks import SHARD_FILE, shard_file
+from ._checkpoint_entries import collect, collect_blocks, header
+from ._collectives import broadcast_text, gather_text, process_label
 
 __all__ = [
     "CheckpointError",
@@ -59,33 +51,19 @@ __all__ = [
     "step_directory",
     "rotate",
     "is_checkpoint_directory",
+    "save_sharded",
 ]
 
-FORMAT = "nnx-checkpoint"
 FORMAT_VERSION = 1
+"""One tensor file (``tensors``, ``sha256``): what one process writes."""
+SHARDED_VERSION = 2
+"""One tensor file per process (``files``), each entry cut into ``blocks``."""
 TENSORS = "tensors.safetensors"
 MANIFEST = "manifest.json"
 _STEP_DIR = re.compile(r"step_(\d+)\Z")
 # the leftovers of an interrupted save: tempfile.mkdtemp names made by `save` below
 _LEFTOVER = re.compile(r"\.(step_\d+)\.(tmp|old)-[A-Za-z0-9_]+\Z")
 _FILES = frozenset({TENSORS, MANIFEST})
-# dtypes safetensors' numpy API reads and writes natively
-_NATIVE = frozenset(
-    {
-        "bool",
-        "uint8",
-        "int8",
-        "uint16",
-        "int16",
-        "float16",
-        "uint32",
-        "int32",
-        "float32",
-        "uint64",
-        "int64",
-        "float64",
-    }
-)
 
 
 class CheckpointError(NnxError, ValueError):
@@ -105,119 +83,6 @@ class CheckpointError(NnxError, ValueError):
         self.problems = tuple(problems)
         header = f"cannot {action} checkpoint {self.directory}:"
         super().__init__("\n  ".join([header, *self.problems]))
-
-
-# -- names, paths and versions ---------------------------------------------------------------
-def _entry_key(prefix: str, path: Sequence[Any]) -> str:
-    return "/".join([prefix, *map(str, path)])
-
-
-def _kind_provider(cls: type) -> tuple[str, str | None]:
-    """(registered kind name, "distribution version" providing it, when known)."""
-
-    name = nnx_core.variable_name(cls)
-    if name == f"{cls.__module__}.{cls.__qualname__}":  # automatic name: plugin kind not loaded
-        load_variable_types()
-        name = nnx_core.variable_name(cls)
-    try:
-        return name, str(default_registry().resolve("variable", name).plugin)
-    except PluginError:
-        return name, _distribution_of(cls.__module__)
-
-
-@functools.cache
-def _distribution_of(module: str) -> str | None:
-
-    top = module.split(".")[0]
-    if top in ("nnx_core", "nnx_layers", "nnx_plugins"):
-        names = ["nnx-jax"]
-    else:  # slow (reads every installed distribution's file list): only for unregistered kinds
-        names = metadata.packages_distributions().get(top) or []
-    for name in names:
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            return f"{name} {metadata.version(name)}"
-    return None
-
-
-def _versions() -> tuple[dict[str, str], dict[str, str]]:
-
-    packages = {}
-    for name in ("nnx-jax", "jax", "jaxlib", "optax", "numpy", "safetensors"):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            packages[name] = metadata.version(name)
-    plugins = {r.plugin.distribution: r.plugin.version for r in default_registry().distributions()}
-    return packages, plugins
-
-
-# -- writing ---------------------------------------------------------------------------------
-def _to_numpy(value: Any) -> tuple[np.ndarray, dict[str, Any]]:
-
-    info: dict[str, Any] = {"shape": list(np.shape(value))}
-    if isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
-        info["key_impl"] = str(jax.random.key_impl(value))
-        value = jax.random.key_data(value)
-        info["dtype"] = "key"
-    if isinstance(value, jax.Array) and not value.is_fully_addressable:
-        if not value.is_fully_replicated:
-            raise ValueError(
-                "save: an array sharded across hosts cannot be gathered on one host; "
-                "replicate it first (jax.device_put with a replicated sharding)."
-            )
-        value = value.addressable_data(0)
-    array = np.asarray(jax.device_get(value))
-    info.setdefault("dtype", array.dtype.name)
-    if array.dtype.name not in _NATIVE:
-        array = array.view(np.dtype(f"uint{8 * array.dtype.itemsize}"))
-        info["stored_as"] = array.dtype.name
-    # (ascontiguousarray gives a 0-d array one dimension: keep the shape)
-    return np.ascontiguousarray(array).reshape(array.shape), info
-
-
-def _metadata_json(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    out = {}
-    for key, value in metadata.items():
-        try:
-            json.dumps(value)
-        except TypeError:
-            continue
-        out[key] = value
-    return out
-
-
-def _collect(
-    node: Any, prefix: str, tensors: dict[str, np.ndarray], entries: dict[str, Any]
-) -> None:
-
-    providers: dict[type, tuple[str, str | None]] = {}
-    for path, variable in nnx_core.state(node).flat_state():
-        key = _entry_key(prefix, path)
-        if key in entries:
-            raise ValueError(
-                f"{format_path((prefix, *path))}: two entries would be stored as {key!r}; "
-                "rename an attribute so that paths stay distinct as text."
-            )
-        array, info = _to_numpy(variable.value)
-        if type(variable) not in providers:
-            providers[type(variable)] = _kind_provider(type(variable))
-        kind, provider = providers[type(variable)]
-        entries[key] = {
-            "path": list(path),
-            "kind": kind,
-            "provider": provider,
-            **info,
-            "metadata": _metadata_json(variable.metadata),
-        }
-        tensors[key] = array
-
-
-def _config_data(config: Any) -> Any:
-    if config is None:
-        return None
-    if hasattr(config, "to_dict"):
-        return config.to_dict()
-    if isinstance(config, Mapping):
-        return dict(config) if "model" in config else {"model": dict(config)}
-    raise TypeError(f"save(config=...) expects a Config or a mapping, got {type(config).__name__}.")
 
 
 def _sha256(path: str | os.PathLike[str]) -> str:
@@ -259,6 +124,10 @@ def save(
 ) -> pathlib.Path:
     """Write ``model`` (and ``optimizer``'s state) to the checkpoint directory ``directory``.
 
+    With several processes (`jax.distributed`), every process must call `save` with the same
+    arguments: each writes the blocks of the arrays its devices hold to its own tensor file, and
+    process 0 writes the manifest and renames the checkpoint into place once all have written.
+
     Args:
         model: the Module to save; every Variable is stored (Params, BatchStats, Rng state, ...).
         directory: the checkpoint directory; replaced atomically if it is a checkpoint. Anything
@@ -271,6 +140,10 @@ def save(
     Returns:
         The checkpoint directory.
 
+    Raises:
+        CheckpointError: ``directory`` is not a checkpoint (and is left alone), or writing failed
+            (in any process: the error names it); earlier checkpoints are intact.
+
     Example:
         >>> import os, tempfile, optax
         >>> import nnx_core as nnx, nnx_plugins
@@ -281,25 +154,16 @@ def save(
         ['manifest.json', 'tensors.safetensors']
     """
     directory = pathlib.Path(directory)
+    if jax.process_count() > 1:
+        return save_sharded(model, directory, optimizer=optimizer, config=config, step=step)
     _check_replaceable(directory)
-    if config is None:
-        with contextlib.suppress(Exception):
-            config = {"model": to_config(model)}
     tensors: dict[str, np.ndarray] = {}
     entries: dict[str, Any] = {}
-    _collect(model, "model", tensors, entries)
+    collect(model, "model", tensors, entries)
     if optimizer is not None:
-        _collect(optimizer, "optimizer", tensors, entries)
-    packages, plugins = _versions()
+        collect(optimizer, "optimizer", tensors, entries)
     manifest = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "step": step,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "config": _config_data(config),
-        "has_optimizer": optimizer is not None,
-        "packages": packages,
-        "plugins": plugins,
+        **header(model, config, step, FORMAT_VERSION, has_optimizer=optimizer is not None),
         "tensors": TENSORS,
         "sha256": None,
         "entries": entries,
@@ -314,20 +178,147 @@ def save(
         _replace_directory(temporary, directory)
     except OSError as error:
         _remove(temporary)
-        needed = sum(array.nbytes for array in tensors.values())
-        raise CheckpointError(
-            directory,
-            action="save",
-            problems=[
-                f"writing it failed: {os_problem(error)} ({getattr(error, 'filename', None) or directory}). "
-                f"It needs about {needed:,} bytes. Nothing was replaced: earlier checkpoints are "
-                "intact. Free space or fix permissions, or save elsewhere (--run-dir)."
-            ],
-        ) from error
+        raise _write_error(directory, error, sum(a.nbytes for a in tensors.values())) from error
     except BaseException:
         _remove(temporary)
         raise
     return directory
+
+
+_INTACT = "Nothing was replaced: earlier checkpoints are intact."
+
+
+def _write_error(directory: pathlib.Path, error: OSError, needed: int) -> CheckpointError:
+    return CheckpointError(
+        directory,
+        action="save",
+        problems=[
+            f"writing it failed: {os_problem(error)} ({getattr(error, 'filename', None) or directory}). "
+            f"It needs about {needed:,} bytes. {_INTACT} Free space or fix permissions, or save "
+            "elsewhere (--run-dir)."
+        ],
+    )
+
+
+# -- writing from several processes -----------------------------------------------------------
+def save_sharded(
+    model: Any,
+    directory: str | os.PathLike[str],
+    *,
+    optimizer: Any = None,
+    config: Any = None,
+    step: int | None = None,
+) -> pathlib.Path:
+    """`save` in the format of several processes: one tensor file per process, each entry cut
+    into the blocks the processes' devices hold (what `save` writes with several processes).
+
+    Every process writes its file into the temporary directory process 0 made; process 0 writes
+    the manifest and renames the directory into place only after all have written. With one
+    process it writes one such file (the tests use this).
+
+    Raises:
+        CheckpointError: ``directory`` is not a checkpoint (and is left alone), or some process
+            could not write its part (named); earlier checkpoints are intact.
+
+    Example:
+        >>> import os, tempfile
+        >>> import nnx_plugins
+        >>> from nnx_plugins.training._checkpoint import save_sharded
+        >>> model = nnx_plugins.build({"type": "Linear", "in_features": 2, "out_features": 3})
+        >>> where = save_sharded(model, os.path.join(tempfile.mkdtemp(), "c"), step=2)
+        >>> nnx_plugins.read_manifest(where)["entries"]["model/kernel"]["blocks"]
+        [{'file': 'tensors-00000-of-00001.safetensors', 'tensor': 'model/kernel#0', 'start': [0, 0], 'stop': [2, 3]}]
+    """
+    directory = pathlib.Path(directory)
+    tensors: dict[str, np.ndarray] = {}
+    entries: dict[str, Any] = {}
+    collect_blocks(model, "model", tensors, entries)
+    if optimizer is not None:
+        collect_blocks(optimizer, "optimizer", tensors, entries)
+    count, needed = jax.process_count(), sum(a.nbytes for a in tensors.values())
+    temporary = _start_temporary(directory, needed)
+    digests = gather_text(_write_part(temporary, directory, tensors, needed))
+    failed = {p: text[1:] for p, text in enumerate(digests) if text.startswith("!")}
+    if failed:
+        if jax.process_index() == 0:
+            _remove(str(temporary))
+        problems = [
+            f"{process_label(p)} could not write its part: {why}" for p, why in failed.items()
+        ]
+        if not all(_INTACT in why for why in failed.values()):
+            problems.append(_INTACT)
+        raise CheckpointError(directory, action="save", problems=problems)
+    outcome = ""
+    if jax.process_index() == 0:
+        top = header(model, config, step, SHARDED_VERSION, has_optimizer=optimizer is not None)
+        files = [{"name": shard_file(p, count), "sha256": d} for p, d in enumerate(digests)]
+        outcome = _commit({**top, "files": files, "entries": entries}, temporary, directory)
+    outcome = broadcast_text(outcome)
+    if outcome != "ok":
+        raise CheckpointError(
+            directory,
+            action="save",
+            problems=[f"{process_label(0)} could not commit it: {outcome}"],
+        )
+    return directory
+
+
+def _start_temporary(directory: pathlib.Path, needed: int) -> pathlib.Path:
+    """Process 0 makes the temporary directory; every process learns its name."""
+    name, problem = "", None
+    if jax.process_index() == 0:
+        try:
+            _check_replaceable(directory)
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            made = tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent)
+            name = os.path.basename(made)
+        except CheckpointError as error:
+            problem = error
+        except OSError as error:
+            problem = _write_error(directory, error, needed)
+    name = broadcast_text(name)
+    if problem is not None:
+        raise problem
+    if not name:
+        raise CheckpointError(
+            directory,
+            action="save",
+            problems=[
+                f"{process_label(0)} could not start it (its error says why); nothing was written."
+            ],
+        )
+    return directory.parent / name
+
+
+def _write_part(
+    temporary: pathlib.Path, directory: pathlib.Path, tensors: dict[str, np.ndarray], needed: int
+) -> str:
+    """Write this process's tensor file; its sha256, or ``"!"`` and the reason it failed."""
+    if not temporary.is_dir():
+        return (
+            f"!{temporary} (made by {process_label(0)}) does not exist here: the checkpoint "
+            "directory must be on a file system every process shares."
+        )
+    path = temporary / shard_file(jax.process_index(), jax.process_count())
+    try:
+        _write_tensors(tensors, str(path))
+        return _sha256(path)
+    except OSError as error:
+        return "!" + _write_error(directory, error, needed).problems[0]
+
+
+def _commit(manifest: dict[str, Any], temporary: pathlib.Path, directory: pathlib.Path) -> str:
+    """Process 0: write the manifest and rename the checkpoint into place; "ok" or the reason."""
+    try:
+        _write_manifest(manifest, str(temporary / MANIFEST))
+        _replace_directory(str(temporary), directory)
+    except (OSError, CheckpointError) as error:
+        _remove(str(temporary))
+        return os_problem(error) if isinstance(error, OSError) else str(error)
+    except BaseException:
+        _remove(str(temporary))
+        raise
+    return "ok"
 
 
 def _remove(temporary: str | None) -> None:
@@ -361,14 +352,15 @@ def _check_replaceable(target: pathlib.Path) -> None:
             action="save",
             problems=[
                 "refusing to replace it: it exists and is not a checkpoint (it holds "
-                f"files other than {TENSORS} and {MANIFEST}, or is a file or a symlink). "
+                f"files other than {MANIFEST} and tensor files, or is a file or a symlink). "
                 "Save to a new directory, or move it away first."
             ],
         )
 
 
 def is_checkpoint_directory(path: pathlib.Path, *, allow_empty: bool = False) -> bool:
-    """Whether ``path`` is a real directory (not a symlink) holding only checkpoint files.
+    """Whether ``path`` is a real directory (not a symlink) holding only checkpoint files
+    (``manifest.json``, ``tensors.safetensors``, ``tensors-P-of-N.safetensors``).
 
     This is what `save` may replace and `rotate` may delete: never a user's own folder.
 
@@ -389,7 +381,8 @@ def is_checkpoint_directory(path: pathlib.Path, *, allow_empty: bool = False) ->
         names = set(os.listdir(path))
     except OSError:
         return False
-    return names <= _FILES and (allow_empty or MANIFEST in names)
+    ours = all(name in _FILES or SHARD_FILE.match(name) for name in names)
+    return ours and (allow_empty or MANIFEST in names)
 
 
 def _is_leftover(path: pathlib.Path) -> bool:

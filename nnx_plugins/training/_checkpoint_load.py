@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -32,12 +32,12 @@ from .._text import format_path
 from ..config._build import build
 from ..registry._errors import PluginError
 from ..registry._lookup import get_variable_type
-from ._checkpoint import (
-    CheckpointError,
-    _entry_key,
-    _sha256,
-)
+from ._checkpoint import FORMAT_VERSION, CheckpointError, _sha256
+from ._checkpoint_entries import entry_key
 from ._checkpoint_manifest import confined_file, dtype_of, read_manifest
+from ._checkpoint_shards import ShardReader
+from ._collectives import gather_text, process_label
+from ._mesh import is_key, place
 
 __all__ = ["read_manifest", "load"]
 
@@ -126,15 +126,17 @@ def _fill(
     node: Any,
     prefix: str,
     manifest: Mapping[str, Any],
-    tensors: Mapping[str, np.ndarray],
+    source: Callable[[str, Mapping[str, Any], Any, str, list[str]], Any],
     problems: list[str],
 ) -> list[tuple[Any, Any]]:
+    """(Variable, value) for every entry of ``node``; ``source(key, info, current, where,
+    problems)`` makes the value placed like ``current``, or returns None after adding problems."""
 
     entries = {k: v for k, v in manifest["entries"].items() if k.startswith(prefix + "/")}
     assignments = []
     seen = set()
     for path, variable in nnx_core.state(node).flat_state():
-        key = _entry_key(prefix, path)
+        key = entry_key(prefix, path)
         where = format_path((prefix, *path))
         info = entries.get(key)
         if info is None:
@@ -155,7 +157,7 @@ def _fill(
             )
             continue
         value = variable.value
-        want_dtype = "key" if _is_key(value) else np.dtype(value.dtype).name
+        want_dtype = "key" if is_key(value) else np.dtype(value.dtype).name
         want_shape = list(value.shape)
         if info["shape"] != want_shape or info["dtype"] != want_dtype:
             problems.append(
@@ -163,10 +165,7 @@ def _fill(
                 f"but the model expects {want_dtype}{tuple(want_shape)}."
             )
             continue
-        if key not in tensors:
-            problems.append(f"{where}: listed in the manifest but absent from the tensor file.")
-            continue
-        restored = _restored(tensors[key], info, where, problems)
+        restored = source(key, info, value, where, problems)
         if restored is not None:
             assignments.append((variable, restored))
     for key in sorted(set(entries) - seen, key=lambda k: _path_order(entries[k]["path"])):
@@ -183,18 +182,37 @@ def _path_order(path: list[Any]) -> list[tuple[int, Any]]:
     return [(0, p) if isinstance(p, int) else (1, str(p)) for p in path]
 
 
-def _is_key(value: Any) -> bool:
+def _one_file(tensors: Mapping[str, np.ndarray]) -> Callable[..., Any]:
+    """The values of a checkpoint with one tensor file (read whole, as one process wrote it)."""
 
-    return isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key)
+    def source(
+        key: str, info: Mapping[str, Any], current: Any, where: str, problems: list[str]
+    ) -> Any:
+        if key not in tensors:
+            problems.append(f"{where}: listed in the manifest but absent from the tensor file.")
+            return None
+        restored = _restored(tensors[key], info, where, problems)
+        if restored is None:
+            return None
+        sharding = getattr(current, "sharding", None)
+        if jax.process_count() > 1 and sharding is not None:
+            return place(restored, sharding)  # (each process puts the blocks of its devices)
+        if sharding is not None and not is_key(restored):
+            return jax.device_put(restored, sharding)
+        return restored
+
+    return source
 
 
-def _assign(assignments: list[tuple[Any, Any]]) -> None:
+def _blocks(reader: ShardReader) -> Callable[..., Any]:
+    """The values of a sharded checkpoint, each read in the blocks the model's devices need."""
 
-    for variable, value in assignments:
-        sharding = getattr(variable.value, "sharding", None)
-        if sharding is not None and not _is_key(value):
-            value = jax.device_put(value, sharding)
-        variable.value = value
+    def source(
+        key: str, info: Mapping[str, Any], current: Any, where: str, problems: list[str]
+    ) -> Any:
+        return reader.value(info, current, where, problems)
+
+    return source
 
 
 def _rebuild(where: pathlib.Path, manifest: Mapping[str, Any]) -> Any:
@@ -247,21 +265,55 @@ def load(directory: str | os.PathLike[str], *, into: Any = None, optimizer: Any 
         ...     print(error.problems[0])
         model.kernel: the checkpoint holds float32(2, 3) but the model expects float32(4, 3).
     """
+    if jax.process_count() == 1:
+        model, assignments = _prepare(directory, into, optimizer)
+    else:
+        model, assignments = _prepare_together(directory, into, optimizer)
+    for variable, value in assignments:
+        variable.value = value
+    return model
+
+
+def _prepare(directory: str | os.PathLike[str], into: Any, optimizer: Any) -> tuple[Any, list]:
+    """The model and every (Variable, value) to assign; CheckpointError if anything does not fit."""
     manifest = read_manifest(directory)
     where = pathlib.Path(manifest["directory"])
-    tensors = _read_tensors(where, manifest)
-    model = _rebuild(where, manifest) if into is None else into
-    problems: list[str] = []
-    assignments = _fill(model, "model", manifest, tensors, problems)
-    if optimizer is not None:
-        if not manifest.get("has_optimizer"):
-            problems.append(
-                "optimizer: the checkpoint holds no optimizer state (it was saved "
-                "without optimizer=...)."
-            )
+    with contextlib.ExitStack() as stack:
+        if manifest["format_version"] == FORMAT_VERSION:
+            source = _one_file(_read_tensors(where, manifest))
         else:
-            assignments += _fill(optimizer, "optimizer", manifest, tensors, problems)
+            source = _blocks(stack.enter_context(ShardReader(where, manifest)))
+        model = _rebuild(where, manifest) if into is None else into
+        problems: list[str] = []
+        assignments = _fill(model, "model", manifest, source, problems)
+        if optimizer is not None:
+            if not manifest.get("has_optimizer"):
+                problems.append(
+                    "optimizer: the checkpoint holds no optimizer state (it was saved "
+                    "without optimizer=...)."
+                )
+            else:
+                assignments += _fill(optimizer, "optimizer", manifest, source, problems)
     if problems:
         raise CheckpointError(where, problems)
-    _assign(assignments)
-    return model
+    return model, assignments
+
+
+def _prepare_together(
+    directory: str | os.PathLike[str], into: Any, optimizer: Any
+) -> tuple[Any, list]:
+    """`_prepare` in every process; nothing is assigned anywhere unless all of them succeeded."""
+    failure: CheckpointError | None = None
+    try:
+        model, assignments = _prepare(directory, into, optimizer)
+    except CheckpointError as error:
+        failure = error
+    outcomes = gather_text("ok" if failure is None else "!" + "; ".join(failure.problems))
+    if failure is not None:
+        raise failure
+    failed = [(p, text[1:]) for p, text in enumerate(outcomes) if text != "ok"]
+    if failed:
+        raise CheckpointError(
+            directory, [f"{process_label(p)} could not load it: {why}" for p, why in failed]
+        )
+    return model, assignments

@@ -27,13 +27,14 @@ import ml_dtypes  # (bfloat16, float8_*, int4 ... as numpy dtypes)
 import numpy as np
 
 from ._checkpoint import (
-    FORMAT,
     FORMAT_VERSION,
     MANIFEST,
+    SHARDED_VERSION,
     CheckpointError,
-    _entry_key,
     latest_checkpoint,
 )
+from ._checkpoint_blocks import SHARD_FILE, tiling_problem
+from ._checkpoint_entries import FORMAT, entry_key
 
 __all__ = ["MAX_MANIFEST_BYTES", "read_manifest", "confined_file"]
 
@@ -145,12 +146,12 @@ def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
             where, [f"{MANIFEST} is not an nnx checkpoint manifest (expected format {FORMAT!r})."]
         )
     version = manifest.get("format_version")
-    if version != FORMAT_VERSION or isinstance(version, bool):
+    if version not in (FORMAT_VERSION, SHARDED_VERSION) or isinstance(version, bool):
         raise CheckpointError(
             where,
             [
-                f"format version {version!r} is not supported (this nnx reads version "
-                f"{FORMAT_VERSION})."
+                f"format version {version!r} is not supported (this nnx reads versions "
+                f"{FORMAT_VERSION} and {SHARDED_VERSION})."
             ],
         )
     problems = manifest_problems(manifest)
@@ -167,9 +168,14 @@ def _is_int(value: Any) -> bool:
 
 def _top_level_problems(manifest: Mapping[str, Any]) -> list[str]:
     problems = []
-    checks = {
-        "tensors": (lambda v: isinstance(v, str), "a file name"),
-        "sha256": (lambda v: isinstance(v, str) and _SHA256.match(v), "64 hex digits"),
+    if manifest.get("format_version", FORMAT_VERSION) == FORMAT_VERSION:
+        checks = {
+            "tensors": (lambda v: isinstance(v, str), "a file name"),
+            "sha256": (lambda v: isinstance(v, str) and _SHA256.match(v), "64 hex digits"),
+        }
+    else:
+        checks = {"files": (_is_file_list, "a list of {name, sha256} tensor files")}
+    checks |= {
         "step": (lambda v: v is None or (_is_int(v) and v >= 0), "null or an integer >= 0"),
         "has_optimizer": (lambda v: isinstance(v, bool), "true or false"),
         "config": (lambda v: v is None or isinstance(v, dict), "null or a mapping"),
@@ -183,6 +189,22 @@ def _top_level_problems(manifest: Mapping[str, Any]) -> list[str]:
         elif not check(manifest[key]):
             problems.append(f"{key!r} must be {expected}, got {_short(manifest[key])}.")
     return problems
+
+
+def _is_file_list(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(
+            isinstance(f, dict)
+            and isinstance(f.get("name"), str)
+            and SHARD_FILE.match(f["name"])
+            and isinstance(f.get("sha256"), str)
+            and _SHA256.match(f["sha256"])
+            for f in value
+        )
+        and len({f["name"] for f in value}) == len(value)
+    )
 
 
 def _short(value: Any) -> str:
@@ -211,7 +233,7 @@ def _entry_problems(key: Any, entry: Any) -> list[str]:
     problems = []
     if not isinstance(path, list) or not all(isinstance(p, str) or _is_int(p) for p in path):
         problems.append(f"{where}: 'path' must be a list of names and indices.")
-    elif _entry_key(key.split("/")[0], path) != key:
+    elif entry_key(key.split("/")[0], path) != key:
         problems.append(f"{where}: its 'path' {_short(path)} does not match the key.")
     if not isinstance(entry.get("kind"), str):
         problems.append(f"{where}: 'kind' must be a Variable kind's name.")
@@ -238,11 +260,46 @@ def _dtype_problems(where: str, entry: Mapping[str, Any], dtype: Any) -> list[st
     return []
 
 
+def _block_problems(where: str, entry: Mapping[str, Any], files: set[str]) -> list[str]:
+    """A sharded checkpoint's entry: its blocks name listed files and tile its shape exactly."""
+    blocks, shape = entry.get("blocks"), entry.get("shape")
+    if not isinstance(blocks, list) or not blocks:
+        return [f"{where}: 'blocks' must be a non-empty list."]
+    extents = []
+    for block in blocks:
+        if not (
+            isinstance(block, dict)
+            and isinstance(block.get("file"), str)
+            and block["file"] in files
+            and isinstance(block.get("tensor"), str)
+            and all(
+                isinstance(block.get(k), list) and all(_is_int(n) for n in block[k])
+                for k in ("start", "stop")
+            )
+        ):
+            return [
+                f"{where}: each block needs 'file' (one of 'files'), 'tensor', and 'start' and "
+                f"'stop' lists of integers, got {_short(block)}."
+            ]
+        extents.append(tuple(zip(block["start"], block["stop"])))
+        if len(block["start"]) != len(shape) or len(block["stop"]) != len(shape):
+            return [
+                f"{where}: the block {_short(block)} does not have one start and stop per dimension."
+            ]
+    trouble = tiling_problem(shape, extents)
+    return [f"{where}: {trouble}."] if trouble else []
+
+
 def manifest_problems(manifest: Mapping[str, Any]) -> list[str]:
     """Every way ``manifest`` differs from what `save` writes (an empty list: well formed)."""
     problems = _top_level_problems(manifest)
-    entries = manifest.get("entries")
+    entries, files = manifest.get("entries"), manifest.get("files")
+    sharded = manifest.get("format_version") == SHARDED_VERSION
+    names = {f["name"] for f in files} if sharded and _is_file_list(files) else set()
     if isinstance(entries, dict):
         for key, entry in entries.items():
-            problems += _entry_problems(key, entry)
+            trouble = _entry_problems(key, entry)
+            if sharded and not trouble:
+                trouble = _block_problems(f"entry {_short(key)}", entry, names)
+            problems += trouble
     return problems

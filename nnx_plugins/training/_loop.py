@@ -8,6 +8,11 @@ optimizer moments) is checkpointed, so ``resume=True`` continues to exactly the 
 uninterrupted run reaches. The run directory receives ``config.yaml`` (the resolved config),
 ``metrics.jsonl``, ``metrics.png`` and ``checkpoints/step_N``.
 
+With several processes (`jax.distributed`, e.g. inside a `ProcessGroup`), every process calls
+`train` with the same arguments: the mesh spans every process's devices, each process feeds its
+devices' rows of each global batch, process 0 holds the run directory and reports, and every
+process writes its part of each checkpoint.
+
 Example:
     >>> import tempfile
     >>> from nnx_plugins import train
@@ -42,10 +47,11 @@ from ..config._build import build
 from ._checkpoint import latest_checkpoint, rotate, save, step_directory
 from ._checkpoint_load import load
 from ._checkpoint_manifest import read_manifest
+from ._collectives import sync
 from ._config import load_train_config
 from ._data import Dataset, load_dataset
 from ._memory import trainable_kinds
-from ._mesh import batch_placer, make_mesh, replicate_unplaced
+from ._mesh import batch_placer, make_mesh, replicate_unplaced, shard_over
 from ._metrics import MetricsLog, Progress, plot_metrics
 from ._preflight import preflight
 from ._run_dir import RunError, RunLock, check_new_run, choose_run_dir
@@ -164,7 +170,7 @@ def _setup(plan: _Plan, mesh: Any) -> tuple[Any, Any]:
     sections = plan.config.sections
     model = build(plan.config, rngs=nnx.Rngs(sections["train"].seed))
     if mesh is not None:
-        nnx.shard(model, mesh)
+        shard_over(model, mesh)
     optimizer = nnx.Optimizer(
         model, sections["optimizer"].make(), wrt=trainable_kinds(sections["optimizer"].trainable)
     )
@@ -214,8 +220,9 @@ def train(
         resume: continue from the newest checkpoint in the run's checkpoint directory.
         mesh: a `jax.sharding.Mesh` with a ``data`` axis (and optionally ``model``), or a
             mapping such as ``{"data": 8}``; the batch is sharded over ``data`` and each Variable
-            by its ``sharding_names`` where they name a mesh axis.
-        progress: show a progress bar.
+            by its ``sharding_names`` where they name a mesh axis. With several processes the
+            default is ``{"data": jax.device_count()}``.
+        progress: show a progress bar (process 0 only).
         console: a `rich.console.Console` for the evaluation and resume lines; by default
             stdout while the progress bar is shown, and nowhere when ``progress=False``.
         stop_at: stop after this step (as a preempted job would), checkpointing it.
@@ -233,16 +240,21 @@ def train(
         CheckpointError: ``resume`` found a checkpoint that does not fit.
         RunError: ``run_dir`` is a file, holds checkpoints but ``resume`` is False, is used by
             another run, cannot be written (a full disk, no permission); or the ``mesh`` does
-            not fit the devices or the batch.
+            not fit the devices (of every process) or the batch.
     """
     started = time.perf_counter()
     config = load_train_config(config)
     plan = _plan(config, choose_run_dir(config, run_dir, resume))
+    if mesh is None and jax.process_count() > 1:  # (several processes: one data-parallel mesh)
+        mesh = {"data": jax.device_count()}
     if isinstance(mesh, Mapping):
         mesh = make_mesh(mesh)
     place = batch_placer(mesh, config.sections["train"].batch_size)
+    if not _is_main_process():  # (process 0 reports for all)
+        progress, console = False, None
     preflight(config, plan.data, allow_large=allow_large)  # (before anything is written)
     with RunLock(plan.run_dir) if _is_main_process() else contextlib.nullcontext():
+        sync("nnx-run-directory")  # (the others wait until process 0 holds the directory)
         check_new_run(plan.run_dir, plan.ckpt_dir, resume)
         _save_resolved_config(config, plan.run_dir)
         model, optimizer = _setup(plan, mesh)
@@ -332,8 +344,9 @@ def _loop(
             )
         if (plan.ckpt_every and step % plan.ckpt_every == 0) or step == span[1]:
             checkpoint = step_directory(plan.ckpt_dir, step)
+            # (every process writes its part; process 0 commits, then rotates)
+            save(model, checkpoint, optimizer=optimizer, config=plan.config, step=step)
             if _is_main_process():
-                save(model, checkpoint, optimizer=optimizer, config=plan.config, step=step)
                 rotate(plan.ckpt_dir, keep)
     return checkpoint
 

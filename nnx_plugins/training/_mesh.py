@@ -1,5 +1,6 @@
-"""Devices for a run: the ``--mesh data=N[,model=M]`` grammar, the `jax.sharding.Mesh`, and
-placing batches and state on it (each process contributing its own rows of a global batch).
+"""Devices for a run: the ``--mesh data=N[,model=M]`` grammar, the `jax.sharding.Mesh` (over
+the devices of every process), and placing batches and state on it (with several processes,
+each one transfers only the blocks of its own devices).
 
 Example:
     >>> from nnx_plugins.training._mesh import make_mesh
@@ -10,10 +11,11 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -21,7 +23,16 @@ import nnx_core as nnx
 
 from ._run_dir import RunError
 
-__all__ = ["parse_mesh", "make_mesh", "replicate_unplaced", "batch_placer"]
+__all__ = [
+    "parse_mesh",
+    "make_mesh",
+    "is_key",
+    "global_array",
+    "place",
+    "shard_over",
+    "replicate_unplaced",
+    "batch_placer",
+]
 
 
 def parse_mesh(text: str) -> dict[str, int]:
@@ -55,23 +66,109 @@ def parse_mesh(text: str) -> dict[str, int]:
 
 
 def make_mesh(axes: Mapping[str, int]) -> Any:
-    """A `jax.sharding.Mesh` over the first ``prod(sizes)`` devices with axes ``data``, ``model``.
+    """A `jax.sharding.Mesh` with axes ``data``, ``model`` over ``prod(sizes)`` devices.
+
+    One process: its first devices. Several processes (`jax.distributed`): the same number of
+    devices from each process, so that every process takes part in every step.
 
     Raises:
-        RunError: fewer devices than the mesh needs.
+        RunError: fewer devices than the mesh needs, or a mesh that cannot be split evenly over
+            the processes.
     """
 
     sizes = {"data": axes.get("data", 1), "model": axes.get("model", 1)}
     needed = sizes["data"] * sizes["model"]
+    text = f"--mesh data={sizes['data']},model={sizes['model']}"
     devices = jax.devices()
     if needed > len(devices):
+        over = f" over {jax.process_count()} processes" if jax.process_count() > 1 else ""
         raise RunError(
-            f"--mesh data={sizes['data']},model={sizes['model']} needs {needed} devices but "
-            f"{len(devices)} {devices[0].platform.upper()} device(s) are visible. On CPU, simulate "
-            f"more with XLA_FLAGS=--xla_force_host_platform_device_count={needed}."
+            f"{text} needs {needed} devices but {len(devices)} {devices[0].platform.upper()} "
+            f"device(s) are visible{over}. On CPU, simulate more with "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={_per_process(needed)}."
         )
-    grid = np.array(devices[:needed]).reshape(sizes["data"], sizes["model"])
+    grid = np.array(_spread(devices, needed, text)).reshape(sizes["data"], sizes["model"])
     return Mesh(grid, ("data", "model"))
+
+
+def _per_process(needed: int) -> int:
+    return -(-needed // jax.process_count())
+
+
+def _spread(devices: list[Any], needed: int, text: str) -> list[Any]:
+    """``needed`` devices, an equal share from each process (in process order)."""
+    count = jax.process_count()
+    if count == 1:
+        return devices[:needed]
+    if needed % count:
+        raise RunError(
+            f"{text} has {needed} devices, which cannot be split evenly over {count} "
+            f"processes; use a multiple of {count} (e.g. data={count * _per_process(needed)})."
+        )
+    share = needed // count
+    by_process: dict[int, list[Any]] = {}
+    for device in devices:
+        by_process.setdefault(device.process_index, []).append(device)
+    short = {p: len(found) for p, found in sorted(by_process.items()) if len(found) < share}
+    if short:
+        raise RunError(
+            f"{text} takes {share} devices from each of the {count} processes, but process(es) "
+            f"{', '.join(f'{p} ({n} devices)' for p, n in short.items())} have fewer. Use a "
+            "smaller mesh, or give every process as many devices."
+        )
+    return [d for p in sorted(by_process) for d in by_process[p][:share]]
+
+
+def is_key(value: Any) -> bool:
+    """Whether ``value`` is an array of typed PRNG keys."""
+    return isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key)
+
+
+def global_array(shape: Sequence[int], sharding: Any, read: Callable[[Any], Any]) -> Any:
+    """One array over ``sharding`` whose block at ``index`` (a tuple of slices) is ``read(index)``.
+
+    With several processes each one calls it and reads only the blocks of its own devices.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> from jax.sharding import NamedSharding, PartitionSpec
+        >>> from nnx_plugins.training._mesh import global_array, make_mesh
+        >>> host = np.arange(6.0).reshape(2, 3)
+        >>> array = global_array(host.shape, NamedSharding(make_mesh({"data": 1}), PartitionSpec()),
+        ...                      lambda index: host[index])
+        >>> array.shape, float(array.sum())
+        ((2, 3), 15.0)
+    """
+    return jax.make_array_from_callback(tuple(shape), sharding, read)
+
+
+def place(value: Any, sharding: Any) -> Any:
+    """``value`` (a host or one-device array, the same in every process) placed over ``sharding``.
+
+    Typed PRNG keys are placed as their key data and wrapped again.
+    """
+    if is_key(value):
+        data = np.asarray(jax.random.key_data(value))
+        placed = global_array(data.shape, sharding, lambda index: data[index])
+        return jax.random.wrap_key_data(placed, impl=jax.random.key_impl(value))
+    host = np.asarray(value)
+    return global_array(host.shape, sharding, lambda index: host[index])
+
+
+def shard_over(node: Any, mesh: Any) -> None:
+    """Place every Variable of ``node`` on ``mesh`` by its ``sharding_names``, in place.
+
+    With one process this is `nnx_core.shard`; with several, every process places the blocks of
+    its own devices from its copy of the values (`jax.device_put` cannot reach other processes'
+    devices).
+    """
+    if jax.process_count() == 1:
+        nnx.shard(node, mesh)
+        return
+    state = nnx.state(node)
+    shardings = dict(nnx.get_named_sharding(state, mesh).flat_state())
+    for path, variable in state.flat_state():
+        variable.value = place(variable.value, shardings[path].value)
 
 
 def replicate_unplaced(node: Any, mesh: Any) -> None:
@@ -81,11 +178,21 @@ def replicate_unplaced(node: Any, mesh: Any) -> None:
     for _, variable in nnx.state(node).flat_state():
         sharding = getattr(variable.value, "sharding", None)
         if not (isinstance(sharding, NamedSharding) and sharding.mesh == mesh):
-            variable.value = jax.device_put(variable.value, replicated)
+            if jax.process_count() == 1:
+                variable.value = jax.device_put(variable.value, replicated)
+            else:
+                variable.value = place(variable.value, replicated)
 
 
 def batch_placer(mesh: Any, batch_size: int) -> Any:
+    """A function placing a global batch ``(x, y)`` over the mesh's ``data`` axis.
 
+    Every process computes the same global batch (a pure function of the seed and the step);
+    with several processes each one transfers only the rows of its own devices.
+
+    Raises:
+        RunError: ``batch_size`` is not divisible by the ``data`` axis.
+    """
     if mesh is None:
         return lambda x, y: (x, y)
     data_size = mesh.shape["data"]
@@ -97,14 +204,4 @@ def batch_placer(mesh: Any, batch_size: int) -> Any:
     sharding = NamedSharding(mesh, PartitionSpec("data"))
     if jax.process_count() == 1:
         return lambda x, y: (jax.device_put(x, sharding), jax.device_put(y, sharding))
-    # many hosts: every process computes the same global batch and contributes its own rows
-    share = batch_size // jax.process_count()
-    rows = slice(jax.process_index() * share, (jax.process_index() + 1) * share)
-
-    def place(x: Any, y: Any) -> tuple[Any, Any]:
-        return (
-            jax.make_array_from_process_local_data(sharding, x[rows], x.shape),
-            jax.make_array_from_process_local_data(sharding, y[rows], y.shape),
-        )
-
-    return place
+    return lambda x, y: (place(x, sharding), place(y, sharding))

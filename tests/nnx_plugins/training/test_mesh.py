@@ -24,3 +24,62 @@ def test_a_mesh_larger_than_the_devices_says_how_to_simulate_more():
         match=r"needs 1024 devices but .*XLA_FLAGS=--xla_force_host_platform_device_count=1024",
     ):
         make_mesh({"data": 1024})
+
+
+# -- several processes (the real runs: test_processes.py) --------------------------------------
+class FakeDevice:
+    platform = "cpu"
+
+    def __init__(self, process_index, id):
+        self.process_index, self.id = process_index, id
+
+    def __repr__(self):
+        return f"d{self.process_index}.{self.id}"
+
+
+@pytest.fixture
+def two_processes(monkeypatch):
+    from nnx_plugins.training import _mesh
+
+    devices = [FakeDevice(p, 4 * p + i) for p in (0, 1) for i in range(4)]
+    monkeypatch.setattr(_mesh.jax, "process_count", lambda: 2)
+    monkeypatch.setattr(_mesh.jax, "devices", lambda: devices)
+    return devices
+
+
+def test_a_mesh_over_processes_takes_an_equal_share_of_each(two_processes):
+    from nnx_plugins.training._mesh import _spread
+
+    assert [str(d) for d in _spread(two_processes, 4, "--mesh data=4")] == [
+        "d0.0",
+        "d0.1",
+        "d1.4",
+        "d1.5",
+    ]
+    assert _spread(two_processes, 8, "--mesh data=8") == two_processes
+
+
+def test_a_mesh_that_cannot_be_split_over_the_processes(two_processes):
+    from nnx_plugins.training._mesh import _spread
+
+    with pytest.raises(
+        ValueError,
+        match=r"--mesh data=3,model=1 has 3 devices, which cannot be split evenly over 2 "
+        r"processes; use a multiple of 2 \(e\.g\. data=4\)",
+    ):
+        make_mesh({"data": 3})
+    with pytest.raises(
+        ValueError,
+        match=r"takes 3 devices from each of the 2 processes, but process\(es\) 1 \(2 devices\) "
+        r"have fewer",
+    ):
+        _spread(two_processes[:6], 6, "--mesh data=6")
+
+
+def test_too_few_devices_over_processes_says_how_many_each_needs(two_processes):
+    with pytest.raises(
+        ValueError,
+        match=r"needs 16 devices but 8 CPU device\(s\) are visible over 2 processes\. On CPU, "
+        r"simulate more with XLA_FLAGS=--xla_force_host_platform_device_count=8\.",
+    ):
+        make_mesh({"data": 16})
