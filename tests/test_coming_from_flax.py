@@ -1,5 +1,5 @@
 """docs/coming-from-flax.md stays true: it names every public flax.nnx name, and every name it
-says exists here (rows not marked † as being added elsewhere) does."""
+says exists here does."""
 
 from __future__ import annotations
 
@@ -37,8 +37,6 @@ def test_every_public_flax_name_is_listed():
 def test_every_name_said_to_exist_here_exists():
     checked = 0
     for flax_cell, here in _rows():
-        if "†" in here:
-            continue
         for dotted in re.findall(r"`((?:nnx_core|nnx_layers|nnx_plugins)(?:\.\w+)+)", here):
             _resolve(dotted)
             checked += 1
