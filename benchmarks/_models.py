@@ -6,6 +6,8 @@ benchmarks/nnx_simple_training.py; trained with optax.sgd on batches of 32.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -51,13 +53,15 @@ def nnx_model(depth: int, seed: int = 0):
     return MLP(depth, rngs=nnx.Rngs(seed))
 
 
-def nnx_steps(depth: int):
+def nnx_steps(depth: int, *, donate: bool = False):
+    """Our train step and a no-op step; ``donate`` opts in to ``donate_argnums=(0, 1)``."""
     import nnx_core as nnx
 
+    jit = functools.partial(nnx.jit, donate_argnums=(0, 1)) if donate else nnx.jit
     model = nnx_model(depth)
     optimizer = nnx.Optimizer(model, optax.sgd(1e-3))
 
-    @nnx.jit
+    @jit
     def train_step(model, optimizer, x, y):
         def loss_fn(model):
             return jnp.mean((y - model(x)) ** 2)
@@ -66,7 +70,7 @@ def nnx_steps(depth: int):
         optimizer.update(model, grads)
         return loss
 
-    @nnx.jit
+    @jit
     def noop(model, optimizer, x, y):
         return None
 
@@ -130,8 +134,9 @@ def flax_steps(depth: int, mode: str):
 
 
 # -- plain jax on a pytree -----------------------------------------------------------------------
-def plain_steps(depth: int):
-    """The same math on dicts of arrays: the physical limit of a jitted train step."""
+def plain_steps(depth: int, *, donate: bool = True):
+    """The same math on dicts of arrays: with ``donate`` (params, statistics, count and optimizer
+    state donated, so XLA updates them in place) the physical limit of a jitted train step."""
     model = nnx_model(depth)  # same initial values as ours
     import nnx_core as nnx
 
@@ -140,6 +145,7 @@ def plain_steps(depth: int):
     count = jnp.array(0)
     tx = optax.sgd(1e-3)
     opt_state = tx.init(params)
+    opt_step = jnp.zeros((), jnp.uint32)  # the optimizer's step count, as ours and flax's keep
     blocks = ["linear_in", *[("intermediates", i) for i in range(depth - 2)], "linear_out"]
 
     def get(tree, name):
@@ -167,9 +173,9 @@ def plain_steps(depth: int):
                 new_stats[name] = {"bn": ns}
         return x, new_stats
 
-    @jax.jit
+    @functools.partial(jax.jit, donate_argnums=(0,) if donate else ())
     def train_step(state, x, y):
-        params, stats, count, opt_state = state
+        params, stats, count, opt_state, opt_step = state
 
         def loss_fn(params):
             pred, new_stats = forward(params, stats, x)
@@ -177,10 +183,11 @@ def plain_steps(depth: int):
 
         (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
         updates, opt_state = tx.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), new_stats, count + 1, opt_state), loss
+        new_params = optax.apply_updates(params, updates)
+        return (new_params, new_stats, count + 1, opt_state, opt_step + 1), loss
 
     @jax.jit
     def noop(state, x, y):
         return None
 
-    return (params, stats, count, opt_state), train_step, noop
+    return (params, stats, count, opt_state, opt_step), train_step, noop

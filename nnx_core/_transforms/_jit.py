@@ -62,7 +62,8 @@ class JitWrapped:
         static_kw = tuple((k, kwargs[k]) for k in self.static_argnames if k in kwargs)
         return static_pos, static_kw
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[_Compiled, Call, Plan]:
+        """The compiled entry (created on first use), the cut arguments and their Plan."""
         static: tuple[Any, ...] = ()
         orig_args = args
         if self.static_argnums or self.static_argnames:
@@ -77,9 +78,33 @@ class JitWrapped:
         compiled = self._compiled.get(key)
         if compiled is None:
             compiled = self._compile(key, call, orig_args, plan)
+        return compiled, call, plan
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        compiled, call, plan = self._prepare(args, kwargs)
         values, out_others = compiled.fn(input_values(plan), call.others)
         assert compiled.info is not None
         return apply(compiled.info, plan, values, out_others)
+
+    def lower(self, *args: Any, **kwargs: Any) -> jax.stages.Lowered:
+        """Lower the step for these arguments without running it (jax's ahead-of-time API).
+
+        ``.compile()`` on the result gives the executable the call would run, so its
+        ``memory_analysis()`` and ``cost_analysis()`` describe the real step. Nothing is
+        written back to the arguments.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> import nnx_core as nnx
+            >>> class M(nnx.Module):
+            ...     def __init__(self): self.w = nnx.Param(jnp.ones(3))
+            >>> f = nnx.jit(lambda m, x: m.w.value * x)
+            >>> stats = f.lower(M(), jnp.ones(3)).compile().memory_analysis()
+            >>> stats.output_size_in_bytes
+            12
+        """
+        compiled, call, plan = self._prepare(args, kwargs)
+        return compiled.fn.lower(input_values(plan), call.others)
 
     def _compile(self, key: Any, call: Call, args: tuple[Any, ...], plan: Plan) -> _Compiled:
         graphdef: GraphDef = key[0]
