@@ -8,12 +8,14 @@ width 32; 6 Variables per block plus a counter). Two regimes:
 - cold: the first call on a newly built model (a fresh copy per call, made beforehand), which
   is what a call right after building or changing a model costs.
 
-Every figure is the best of ``--rounds`` rounds, ours and flax.nnx taking turns in each round.
+Every figure is the best of ``--rounds`` rounds, ours and flax.nnx taking turns in each round;
+the garbage collector is off while a figure is timed.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -27,11 +29,18 @@ OPS = ("split", "state", "merge", "update")
 
 
 def timed(fn: Callable[[object], object], objs: list) -> float:
-    """µs per call of ``fn`` over ``objs`` (one call each)."""
-    t0 = time.perf_counter()
-    for o in objs:
-        fn(o)
-    return (time.perf_counter() - t0) / len(objs) * 1e6
+    """µs per call of ``fn`` over ``objs`` (one call each), with the garbage collector off as
+    timeit does (the fresh copies made for the cold calls would otherwise make every
+    collection pass walk them)."""
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        for o in objs:
+            fn(o)
+        return (time.perf_counter() - t0) / len(objs) * 1e6
+    finally:
+        gc.enable()
 
 
 class Side:
@@ -60,8 +69,9 @@ class Side:
 
 
 def measure(depth: int, number: int, rounds: int) -> tuple[dict[str, float], dict[str, float]]:
-    import nnx_core as nnx
     from flax import nnx as fnnx
+
+    import nnx_core as nnx
 
     n = max(number // max(depth // 5, 1), 10)
     sides = [Side(nnx, _models.nnx_model(depth), n), Side(fnnx, _models.flax_model(depth), n)]
