@@ -265,6 +265,7 @@ register_internal(
         subclasses=True,
         mutable=False,  # attribute changes go through __setattr__, which bumps the epoch
         plan_attr=PLAN_ATTR,
+        attributes=_HIDDEN,
     ),
 )
 
