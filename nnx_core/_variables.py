@@ -16,7 +16,7 @@ V = TypeVar("V", bound="Variable")
 _NAME_TO_TYPE: dict[str, type[Variable]] = {}
 _TYPE_TO_NAME: dict[type[Variable], str] = {}
 _AUTO_NAMES: set[str] = set()
-_SLOTS = frozenset({"_value", "_meta", "_meta_key", "_trace"})
+_SLOTS = frozenset({"_value", "_raw_value", "_meta", "_meta_key", "_trace", "_private"})
 _structure_listeners: list[Callable[[], None]] = []
 
 
@@ -52,7 +52,7 @@ def has_tracer(value: Any) -> bool:
     if isinstance(value, Tracer):
         return True
     if isinstance(value, Variable):
-        return has_tracer(value._value)
+        return has_tracer(value._raw_value)
     if isinstance(value, (tuple, list)):
         return any(has_tracer(x) for x in value)
     if isinstance(value, dict):
@@ -99,11 +99,16 @@ class Variable:
         ('example.LoRAParam', True)
     """
 
-    __slots__ = ("_value", "_meta", "_meta_key", "_trace")
-    _value: Any
+    # ``_private`` is True only while the value is an array that nnx_core.jit wrote as a fresh
+    # output and that nothing has read since: reading ``_value`` (which every public read goes
+    # through) clears it, and every other write stores False. jit donates such a buffer without
+    # a copy; see docs/design/transforms.md.
+    __slots__ = ("_raw_value", "_meta", "_meta_key", "_trace", "_private")
+    _raw_value: Any
     _meta: dict[str, Any]
     _meta_key: tuple[Any, ...] | None
     _trace: Any
+    _private: bool
 
     def __init_subclass__(cls, *, kind: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -123,6 +128,12 @@ class Variable:
 
     # -- value -------------------------------------------------------------------------------
     @property
+    def _value(self) -> Any:
+        """The value, read by something that may keep it (so it is no longer private)."""
+        _set_private_slot(self, False)
+        return self._raw_value
+
+    @property
     def value(self) -> Any:
         """The wrapped value (usually a ``jax.Array``)."""
         return self._value
@@ -131,7 +142,7 @@ class Variable:
     def value(self, value: Any) -> None:
         if has_tracer(value) and self._trace != current_trace():
             raise TraceContextError(
-                f"Cannot set a traced value on {type(self).__name__}({_describe(self._value)}): "
+                f"Cannot set a traced value on {type(self).__name__}({_describe(self._raw_value)}): "
                 "it was created outside the JAX transform that is running now. Pass the Module "
                 "that owns it as an argument of the transform (e.g. nnx_core.jit(f)(model, x)) "
                 "instead of capturing it from an enclosing scope."
@@ -181,7 +192,7 @@ class Variable:
         except AttributeError:
             raise AttributeError(
                 f"{type(self).__name__} has no metadata {name!r} and its value of type "
-                f"{type(self._value).__name__} has no attribute {name!r}; metadata keys: "
+                f"{type(self._raw_value).__name__} has no attribute {name!r}; metadata keys: "
                 f"{sorted(meta)}"
             ) from None
 
@@ -226,45 +237,54 @@ class Variable:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self._value.shape
+        return self._raw_value.shape
 
     @property
     def dtype(self) -> Any:
-        return self._value.dtype
+        return self._raw_value.dtype
 
     @property
     def ndim(self) -> int:
-        return self._value.ndim
+        return self._raw_value.ndim
 
     @property
     def size(self) -> int:
-        return self._value.size
+        return self._raw_value.size
 
     def __len__(self) -> int:
-        return len(self._value)
+        return len(self._raw_value)
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._value)
 
     def __bool__(self) -> bool:
-        return bool(self._value)
+        return bool(self._raw_value)
 
     def __float__(self) -> float:
-        return float(self._value)
+        return float(self._raw_value)
 
     def __int__(self) -> int:
-        return int(self._value)
+        return int(self._raw_value)
 
     def __index__(self) -> int:
-        return operator.index(self._value)
+        return operator.index(self._raw_value)
 
     def __repr__(self) -> str:
-        parts = [_describe(self._value)]
+        parts = [_describe(self._raw_value)]
         parts += [f"{k}={v!r}" for k, v in self._meta.items()]
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
-_set_value_slot = Variable._value.__set__  # type: ignore[attr-defined,misc,union-attr]
+_set_raw_value_slot = Variable._raw_value.__set__  # type: ignore[attr-defined,misc,union-attr]
+_set_private_slot = Variable._private.__set__  # type: ignore[attr-defined,misc,union-attr]
+
+
+def _set_value_slot(v: Variable, value: Any) -> None:
+    """Store a value that something else may also hold (every write but jit's fresh outputs)."""
+    _set_raw_value_slot(v, value)
+    _set_private_slot(v, False)
+
+
 _set_meta_slot = Variable._meta.__set__  # type: ignore[attr-defined,misc,union-attr]
 _set_meta_key_slot = Variable._meta_key.__set__  # type: ignore[attr-defined,misc,union-attr]
 _set_trace_slot = Variable._trace.__set__  # type: ignore[attr-defined,misc,union-attr]
