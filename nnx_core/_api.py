@@ -14,7 +14,6 @@ from ._filters import (
     PathContains,
     _Constant,
     check_filters,
-    to_predicate,
 )
 from ._graph import GraphDef, Plan, bump_epoch, iter_nodes, plan_for, unflatten
 from ._state import State, format_path, raise_unmatched, sort_key
@@ -54,10 +53,10 @@ def _partition(plan: Plan, filters: tuple[Filter, ...], *, exhaustive: bool) -> 
         if cached is not None:
             return cached
     if not filters:  # everything, in order
-        parts = [list(range(len(plan.leaves)))]
-        plan.partitions[((), exhaustive)] = parts
-        return parts
-    preds = check_filters(filters) if filters else (to_predicate(...),)
+        everything = [list(range(len(plan.leaves)))]
+        plan.partitions[((), exhaustive)] = everything
+        return everything
+    preds = check_filters(filters)
     leaves = plan.current_leaves()
     parts: list[list[int]] = [[] for _ in preds]
     unmatched = []

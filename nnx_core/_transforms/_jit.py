@@ -11,6 +11,7 @@ import jax
 from .._graph import GraphDef, Plan
 from .._state import State
 from .._variables import Variable
+from . import _donation
 from ._lift import Call, OutInfo, PlanCache, apply, extract, input_values, is_graph_root, run_pure
 
 
@@ -21,13 +22,18 @@ def _as_tuple(x: int | Sequence[int] | None) -> tuple[int, ...]:
 
 
 class _Compiled:
-    """One compiled function per static key, plus what its trace learned about the outputs."""
+    """One compiled function per static key, plus what its trace learned about the outputs.
 
-    __slots__ = ("fn", "info")
+    With ``layout`` (donation by default) ``fn`` takes ``(donated, kept, others)``; without it,
+    ``(values, others)``.
+    """
 
-    def __init__(self, fn: Callable[..., Any]):
+    __slots__ = ("fn", "info", "layout")
+
+    def __init__(self, fn: Any):  # a jax.jit-wrapped function
         self.fn = fn
         self.info: OutInfo | None = None
+        self.layout: _donation.Layout | None = None
 
 
 class JitWrapped:
@@ -39,7 +45,7 @@ class JitWrapped:
         *,
         static_argnums: tuple[int, ...],
         static_argnames: tuple[str, ...],
-        donate_argnums: tuple[int, ...],
+        donate_argnums: tuple[int, ...] | None,
         in_shardings: Any,
         out_shardings: Any,
         jit_kwargs: dict[str, Any],
@@ -82,8 +88,12 @@ class JitWrapped:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         compiled, call, plan = self._prepare(args, kwargs)
+        layout = compiled.layout
+        if layout is not None:
+            assert compiled.info is not None  # learned before the layout
+            return _donation.call(compiled.fn, layout, compiled.info, plan, call.others)
         values, out_others = compiled.fn(input_values(plan), call.others)
-        assert compiled.info is not None
+        assert compiled.info is not None  # set by the trace
         return apply(compiled.info, plan, values, out_others)
 
     def lower(self, *args: Any, **kwargs: Any) -> jax.stages.Lowered:
@@ -104,11 +114,15 @@ class JitWrapped:
             12
         """
         compiled, call, plan = self._prepare(args, kwargs)
-        return compiled.fn.lower(input_values(plan), call.others)
+        layout = compiled.layout
+        if layout is None:
+            return compiled.fn.lower(input_values(plan), call.others)
+        values = [v._raw_value if isinstance(v, Variable) else v for v in plan.current_leaves()]
+        return compiled.fn.lower([values[i] for i in layout.donated],
+                                 [values[i] for i in layout.kept], call.others)
 
     def _compile(self, key: Any, call: Call, args: tuple[Any, ...], plan: Plan) -> _Compiled:
-        graphdef: GraphDef = key[0]
-        treedef, positions, static = key[1], key[2], key[3]
+        static = key[3]
         fun = self.fun
 
         def call_fun(*a: Any, **kw: Any) -> Any:
@@ -121,7 +135,30 @@ class JitWrapped:
                 a = tuple(full)
             return fun(*a, **kw)
 
+        functools.update_wrapper(call_fun, fun)
+        kwargs = dict(self.jit_kwargs)
+        if self.out_shardings is not None:
+            kwargs["out_shardings"] = self.out_shardings
+        shardings = None
+        if self.in_shardings is not None:
+            shardings = _leaf_shardings(self.in_shardings, args, self.static_argnums, call, plan)
+        if self.donate_argnums is None:
+            compiled = self._compile_donating(key, call, plan, call_fun, kwargs, shardings)
+        else:
+            compiled = self._compile_as_asked(key, args, call_fun, kwargs, shardings)
+        self._compiled[key] = compiled
+        return compiled
+
+    def _compile_as_asked(
+        self, key: Any, args: tuple[Any, ...], call_fun: Callable[..., Any],
+        kwargs: dict[str, Any], shardings: tuple[list[Any], list[Any]] | None,
+    ) -> _Compiled:
+        """``donate_argnums`` given: donate what it names (every state buffer of the graph
+        arguments if it names one of them), without checks; ``()`` donates nothing."""
+        graphdef: GraphDef = key[0]
+        treedef, positions = key[1], key[2]
         compiled = _Compiled(lambda *_: None)
+        assert self.donate_argnums is not None
         donated = [args[i] for i in self.donate_argnums if -len(args) <= i < len(args)]
         donate = tuple(
             i for i, wanted in enumerate((
@@ -136,21 +173,51 @@ class JitWrapped:
                 return_all=0 in donate,
             )
             if compiled.info is not None and compiled.info != info:
-                raise ValueError(
-                    "jit: the function changed the structure of its Module arguments differently "
-                    "for inputs of different shapes or dtypes. Make structural changes (new "
-                    "attributes, sow) independent of input shapes, or jit the two cases separately."
-                )
+                raise ValueError(_donation._CHANGED_DIFFERENTLY)
             compiled.info = info
             return values, out_others
 
-        kwargs = dict(self.jit_kwargs)
-        if self.in_shardings is not None:
-            kwargs["in_shardings"] = _leaf_shardings(self.in_shardings, args, self.static_argnums, call, plan)
-        if self.out_shardings is not None:
-            kwargs["out_shardings"] = self.out_shardings
+        if shardings is not None:
+            kwargs = {**kwargs, "in_shardings": shardings}
         compiled.fn = jax.jit(pure, donate_argnums=donate, **kwargs)
-        self._compiled[key] = compiled
+        return compiled
+
+    def _compile_donating(
+        self, key: Any, call: Call, plan: Plan, call_fun: Callable[..., Any],
+        kwargs: dict[str, Any], shardings: tuple[list[Any], list[Any]] | None,
+    ) -> _Compiled:
+        """Donation by default (see _donation): trace once, then donate what the step replaces."""
+        graphdef: GraphDef = key[0]
+        treedef, positions = key[1], key[2]
+        leaves = plan.current_leaves()
+        n = len(leaves)
+        var_pos = tuple(i for i, v in enumerate(leaves) if isinstance(v, Variable))
+        kept_pos = tuple(i for i in range(n) if not isinstance(leaves[i], Variable))
+        values = [v._raw_value if isinstance(v, Variable) else v for v in leaves]
+        learned = _donation.Learned()
+        learning = _donation.learning_step(call_fun, graphdef, treedef, positions, n, var_pos,
+                                           kept_pos, learned)
+
+        def regroup(donated: Sequence[int], kept: Sequence[int]) -> dict[str, Any]:
+            if shardings is None:
+                return kwargs
+            state, other = shardings
+            return {**kwargs, "in_shardings": ([state[i] for i in donated],
+                                               [state[i] for i in kept], other)}
+
+        jitted = jax.jit(learning, donate_argnums=(0,), **regroup(var_pos, kept_pos))
+        traced = jitted.trace([values[i] for i in var_pos], [values[i] for i in kept_pos],
+                              call.others)
+        layout = _donation.exact_layout(learned, var_pos, kept_pos)
+        if layout is None:
+            layout = _donation.refined_layout(learned, n, var_pos)
+            refined = _donation.refined_step(traced, learning, layout, n, var_pos, kept_pos,
+                                             learned)
+            jitted = jax.jit(refined, donate_argnums=(0,) if layout.donated else (),
+                             **regroup(layout.donated, layout.kept))
+        compiled = _Compiled(jitted)
+        compiled.info = learned.info
+        compiled.layout = layout
         return compiled
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
@@ -209,8 +276,12 @@ def jit(
     Args:
         fun: the function; ``jit`` can also be used as ``@jit(static_argnums=...)``.
         static_argnums, static_argnames: hashable arguments that are compile-time constants.
-        donate_argnums: donating any argument donates the state buffers of all graph arguments
-            and the other array arguments (their old values must not be used after the call).
+        donate_argnums: by default (None) the buffers of the Variables that the function
+            replaces are donated whenever nothing else can read them, so a train step updates
+            its state in place (any other buffer is copied first; see
+            docs/design/transforms.md). Naming arguments donates every state buffer of the graph
+            arguments, and the named array arguments, without those checks: their old values
+            must not be used after the call. ``()`` donates nothing.
         in_shardings: one entry per positional argument (or one for all): a ``Sharding``, or for
             a Module a State of shardings such as ``get_named_sharding(nnx.state(model), mesh)``.
         out_shardings: one ``Sharding`` for every output (state included), or None.
@@ -239,7 +310,7 @@ def jit(
         fun,
         static_argnums=_as_tuple(static_argnums),
         static_argnames=names,
-        donate_argnums=_as_tuple(donate_argnums),
+        donate_argnums=None if donate_argnums is None else _as_tuple(donate_argnums),
         in_shardings=in_shardings,
         out_shardings=out_shardings,
         jit_kwargs=jit_kwargs,
