@@ -7,6 +7,7 @@ comparison plus a C-level comparison per mutable list or dict in the graph.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from typing import Any
 
@@ -80,7 +81,8 @@ class Plan:
     """
 
     __slots__ = ("roots", "graphdef", "leaves", "owners", "epoch", "containers", "index",
-                 "partitions", "variables_only", "objs", "bounds", "_checks", "cache")
+                 "partitions", "variables_only", "objs", "bounds", "_checks", "cache",
+                 "__weakref__")
 
     def __init__(self, roots: tuple[Any, ...]):
         f = Flattener()
@@ -115,9 +117,8 @@ class Plan:
         if self.epoch != _EPOCH[0]:
             return False
         empty, lists, dicts, others = self._checks
-        for x in empty:
-            if x:
-                return False
+        if any(empty):
+            return False
         for x, ids in lists:
             if tuple(map(id, x)) != ids:
                 return False
@@ -199,7 +200,7 @@ def cached_plan(roots: tuple[Any, ...]) -> Plan | None:
     key = tuple(map(id, roots))
     plan = plans.get(key)
     # copies carry no Plans, but ids can be reused: check the roots themselves too
-    if plan is None or not plan.valid() or any(a is not b for a, b in zip(plan.roots, roots)):
+    if plan is None or not plan.valid() or not all(map(operator.is_, plan.roots, roots)):
         if len(plans) >= 8:
             plans.clear()
         plan = plans[key] = Plan(roots)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import operator
 from collections import deque
 from collections.abc import Callable, Sequence
-from itertools import repeat
 from sys import getrefcount
 from typing import Any
 
@@ -38,7 +37,6 @@ from ._lift import OutInfo, apply, run_pure
 
 _raw_value = operator.attrgetter("_raw_value")
 _private = operator.attrgetter("_private")
-_TRUES = repeat(True)
 # A Variable's array that nothing else holds is referenced by the Variable's slot, by the list
 # jit gathers the values in, and by getrefcount's own argument.
 _SOLE_HOLDER_REFS = 3
@@ -49,6 +47,11 @@ _CHANGED_DIFFERENTLY = (
 )
 
 
+_GENERAL, _ONE, _NONE = range(3)
+_ONE_LEAF = jax.tree_util.tree_structure(0)
+_NOTHING = jax.tree_util.tree_structure(None)
+
+
 def _consume(it: Any) -> None:
     deque(it, maxlen=0)
 
@@ -56,7 +59,7 @@ def _consume(it: Any) -> None:
 class Layout:
     """Which leaf positions one compiled step donates, keeps, and gets back (static)."""
 
-    __slots__ = ("donated", "kept", "out", "fresh")
+    __slots__ = ("donated", "kept", "out", "fresh", "result")
 
     def __init__(self, donated: Sequence[int], kept: Sequence[int], out: Sequence[int] | None,
                  fresh: Sequence[bool]):
@@ -64,6 +67,15 @@ class Layout:
         self.kept = tuple(kept)
         self.out = None if out is None else tuple(out)  # None: the structure changed
         self.fresh = tuple(fresh)  # per out position: a new array, not one of the inputs
+        self.result = _GENERAL  # what the user's function returns: see `outputs`
+
+    def learn_result(self, info: OutInfo) -> None:
+        if info.out_positions:
+            return
+        if info.out_treedef == _ONE_LEAF:
+            self.result = _ONE
+        elif info.out_treedef == _NOTHING:
+            self.result = _NONE
 
 
 class _Gathered:
@@ -239,6 +251,11 @@ def call(fn: Callable[..., Any], layout: Layout, info: OutInfo, plan: Plan,
         _consume(map(_set_private_slot, gathered.out, layout.fresh))
     else:
         _write_mixed(plan, gathered.out, layout, values)
+    result = layout.result
+    if result == _ONE:
+        return out_others[0]
+    if result == _NONE:
+        return None
     return outputs(info, plan, out_others)
 
 
@@ -264,5 +281,3 @@ def outputs(info: OutInfo, plan: Plan, out_others: Sequence[Any]) -> Any:
     return jax.tree_util.tree_unflatten(info.out_treedef, leaves_out)
 
 
-__all__ = ["Layout", "Learned", "call", "exact_layout", "learning_step", "protect",
-           "refined_layout", "refined_step", "_TRUES"]
