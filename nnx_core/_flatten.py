@@ -28,6 +28,7 @@ from ._nodes import (
     LAYOUTS,
     MAYBE_ARRAY,
     NODE,
+    TRACE_ATTR,
     VARIABLE,
     NodeImpl,
     bump_epoch,
@@ -283,76 +284,106 @@ def new_variable(cls: type[Variable], value: Any, meta_key: tuple[Any, ...]) -> 
     return v
 
 
-_NODE, _VAR, _REF, _ARR, _STATIC = range(5)
+# program tags: a node rebuilt by filling its __dict__ (Modules), a node rebuilt by its create
+# function (lists, tuples, dicts, registered types), and the children / roots that are not nodes
+_ATTRS, _CREATE, _VAR, _REF, _ARR, _STATIC, _EMPTY_DICT, _EMPTY_LIST = range(8)
 
 
 def program(spec: tuple[Any, ...]) -> tuple[Any, ...]:
     """A spec prepared for rebuilding: per node, its static children as one dict (set with a
-    single ``dict.update``) and its other children in key order."""
+    single ``dict.update``) and its other children as ``(key, tag, payload)`` in key order."""
     tag = spec[0]
     if tag == "node":
         _, t, aux, i, keys, children = spec
+        impl = impl_for(t)
+        if impl is None:
+            raise TypeError(f"{t.__name__} is no longer a registered graph node type.")
         statics: dict[Any, Any] = {}
         dynamic = []
         for k, c in zip(keys, children):
             if type(c) is tuple:
-                dynamic.append((k, program(c)))
+                dynamic.append((k, *_child(c)))
             else:
                 statics[k] = c.obj if type(c) is _ById else c
-        return (_NODE, t, aux, i, keys, statics, tuple(dynamic))
+        if impl.attributes is not None and impl.fill is not None:
+            return (_ATTRS, t, i, statics, tuple(dynamic), impl)
+        return (_CREATE, t, i, statics, tuple(dynamic), impl, aux, keys)
     if tag == "var":
-        return (_VAR, *spec[1:])
+        return (_VAR, spec[1:])
     if tag == "ref":
         return (_REF, spec[1])
     if tag == "arr":
-        return (_ARR,)
+        return (_ARR, None)
     value = spec[1]
     return (_STATIC, value.obj if type(value) is _ById else value)
 
 
-class Unflattener:
-    """Rebuilds objects from a spec and the leaves in GraphDef order."""
+def _child(spec: tuple[Any, ...]) -> tuple[int, Any]:
+    """(tag, payload) of a child spec; empty lists and dicts get tags of their own."""
+    if spec is _EMPTY_SPECS[dict]:
+        return _EMPTY_DICT, None
+    if spec is _EMPTY_SPECS[list]:
+        return _EMPTY_LIST, None
+    prog = program(spec)
+    if prog[0] in (_ATTRS, _CREATE):
+        return prog[0], prog
+    return prog[0], prog[1]
 
-    __slots__ = ("leaves", "pos", "objs", "reuse", "keep_variables")
+
+class Unflattener:
+    """Rebuilds objects from a spec and the leaves in GraphDef order.
+
+    ``reuse`` maps reference indices to existing objects to update in place instead of creating
+    them; with ``keep_variables``, Variable leaves of the recorded kind are used as they are.
+    """
+
+    __slots__ = ("next_leaf", "objs", "reuse", "keep_variables", "trace")
 
     def __init__(self, leaves: Sequence[Any], reuse: dict[int, Any] | None = None,
                  keep_variables: bool = False):
-        self.leaves = leaves
-        self.pos = 0
+        self.next_leaf = iter(leaves).__next__
         self.objs: dict[int, Any] = {}
         self.reuse = reuse or {}
         self.keep_variables = keep_variables
+        self.trace = current_trace()
 
     def build(self, spec: tuple[Any, ...]) -> Any:
         """Rebuild one root from its spec."""
         return self.run(program(spec))
 
-    def next_leaf(self) -> Any:
-        leaf = self.leaves[self.pos]
-        self.pos += 1
-        return leaf._value if isinstance(leaf, Variable) else leaf
-
     def run(self, prog: tuple[Any, ...]) -> Any:
         tag = prog[0]
-        if tag == _NODE:
-            return self.run_node(prog)
-        if tag == _VAR:
-            return self.run_variable(prog)
-        if tag == _REF:
-            return self.objs[prog[1]]
-        if tag == _ARR:
-            return self.next_leaf()
-        return prog[1]
+        if tag == _ATTRS:
+            return self.run_attrs(prog)
+        if tag == _CREATE:
+            return self.run_create(prog)
+        return self.child(tag, prog[1])
 
-    def run_variable(self, prog: tuple[Any, ...]) -> Variable:
-        _, cls, meta_key, i = prog
-        if self.keep_variables:
-            v = self.leaves[self.pos]
-            if type(v) is cls:
-                self.pos += 1
-                self.objs[i] = v
-                return v
-        value = self.next_leaf()
+    def child(self, tag: int, payload: Any) -> Any:
+        """Build one child that is not a node with attributes (those are inlined in run_attrs)."""
+        if tag == _VAR:
+            return self.variable(self.next_leaf(), payload)
+        if tag == _ATTRS:
+            return self.run_attrs(payload)
+        if tag == _CREATE:
+            return self.run_create(payload)
+        if tag == _REF:
+            return self.objs[payload]
+        if tag == _ARR:
+            leaf = self.next_leaf()
+            return leaf._value if isinstance(leaf, Variable) else leaf
+        if tag == _EMPTY_DICT:
+            return {}
+        if tag == _EMPTY_LIST:
+            return []
+        return payload  # _STATIC
+
+    def variable(self, leaf: Any, payload: tuple[Any, ...]) -> Variable:
+        cls, meta_key, i = payload
+        if self.keep_variables and type(leaf) is cls:
+            self.objs[i] = leaf
+            return leaf
+        value = leaf._value if isinstance(leaf, Variable) else leaf
         old = self.reuse.get(i) if self.reuse else None
         if old is not None and type(old) is cls:
             old.value = value
@@ -364,33 +395,53 @@ class Unflattener:
         self.objs[i] = v
         return v
 
-    def run_node(self, prog: tuple[Any, ...]) -> Any:
-        _, t, aux, i, keys, statics, dynamic = prog
-        impl = impl_for(t)
-        if impl is None:
-            raise TypeError(f"{t.__name__} is no longer a registered graph node type.")
-        run = self.run
-        if impl.create_empty is not None and impl.fill is not None:
+    def run_attrs(self, prog: tuple[Any, ...]) -> Any:
+        _, t, i, statics, dynamic, impl = prog
+        if self.reuse and type(self.reuse.get(i)) is t:
+            return self._refill(self.reuse[i], prog)
+        obj = object.__new__(t)  # as Module.__new__: records the trace it is created under
+        d = obj.__dict__
+        d[TRACE_ATTR] = self.trace
+        d.update(statics)
+        self.objs[i] = obj
+        keep, objs, nxt, child = self.keep_variables, self.objs, self.next_leaf, self.child
+        for key, tag, payload in dynamic:
+            if tag == _VAR:
+                leaf = nxt()
+                if keep and type(leaf) is payload[0]:
+                    objs[payload[2]] = d[key] = leaf
+                else:
+                    d[key] = self.variable(leaf, payload)
+            elif tag == _ATTRS:
+                d[key] = self.run_attrs(payload)
+            else:
+                d[key] = child(tag, payload)
+        return obj
+
+    def _refill(self, obj: Any, prog: tuple[Any, ...]) -> Any:
+        _, t, i, statics, dynamic, impl = prog
+        self.objs[i] = obj
+        values = dict(statics)
+        for key, tag, payload in dynamic:
+            values[key] = self.child(tag, payload)
+        impl.fill(obj, sorted(values.items()))
+        return obj
+
+    def run_create(self, prog: tuple[Any, ...]) -> Any:
+        _, t, i, statics, dynamic, impl, aux, keys = prog
+        if impl.create_empty is not None and impl.fill is not None:  # two steps (cycles)
             obj = self.reuse.get(i) if self.reuse else None
-            fresh = type(obj) is not t
-            if fresh:
+            if type(obj) is not t:
                 obj = impl.create_empty(t, aux)
             self.objs[i] = obj
-            if fresh and impl.attributes is not None:  # straight into the new __dict__
-                d = obj.__dict__
-                d.update(statics)
-                for k, p in dynamic:
-                    d[k] = run(p)
-            else:
-                values = dict(statics)
-                for k, p in dynamic:
-                    values[k] = run(p)
-                impl.fill(obj, [(k, values[k]) for k in keys])
+            values = dict(statics)
+            for key, tag, payload in dynamic:
+                values[key] = self.child(tag, payload)
+            impl.fill(obj, [(k, values[k]) for k in keys])
             return obj
-        assert impl.create is not None
         values = dict(statics)
-        for k, p in dynamic:
-            values[k] = run(p)
+        for key, tag, payload in dynamic:
+            values[key] = self.child(tag, payload)
         obj = impl.create(t, aux, [(k, values[k]) for k in keys])
         if i is not None:
             self.objs[i] = obj

@@ -16,6 +16,8 @@ from ._nodes import (
     _EPOCH,
     _IMPLS,
     _REGISTERED,
+    PLAN_ATTR,
+    TRACE_ATTR,
     NodeImpl,
     bump_epoch,
     impl_for,
@@ -37,10 +39,6 @@ __all__ = [
 
 Path = tuple[Any, ...]
 _Unflattener = Unflattener  # the name the transforms import
-
-TRACE_ATTR = "_nnx_trace"  # the JAX trace a Module was created under (excluded from its children)
-PLAN_ATTR = "_nnx_plan"  # a Module's cached Plans (excluded from its children too)
-
 
 def snapshot(x: Any, impl: NodeImpl) -> tuple[Any, ...]:
     """Identities of a mutable node's children, to detect in-place mutation."""

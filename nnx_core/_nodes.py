@@ -21,6 +21,9 @@ from ._variables import Variable, _structure_listeners
 
 Children = Sequence[tuple[Any, Any]]
 
+TRACE_ATTR = "_nnx_trace"  # the JAX trace a Module was created under (excluded from its children)
+PLAN_ATTR = "_nnx_plan"  # a Module's cached Plans (excluded from its children too)
+
 # -- the structure epoch -------------------------------------------------------------------------
 _EPOCH = [0]
 
