@@ -15,7 +15,7 @@ from ._filters import (
     _Constant,
     check_filters,
 )
-from ._graph import GraphDef, Plan, bump_epoch, iter_nodes, plan_for, unflatten
+from ._graph import GraphDef, Plan, bump_epoch, impl_for, is_array, iter_nodes, plan_for, unflatten
 from ._state import State, format_path, raise_unmatched, sort_key
 from ._variables import Variable
 
@@ -273,28 +273,43 @@ def update(node: Any, state: Mapping[Any, Any], /, *states: Mapping[Any, Any]) -
     Raises:
         KeyError: a path in the states does not exist in ``node``.
     """
-    plan = plan_for(node)
-    trie = plan.graphdef.trie()
     for s in (state, *states):
         s = s if isinstance(s, State) else State(s)
-        if trie is None or not _write_along(plan, trie, s._mapping):
-            _write_by_path(plan, s, node)
+        if not _write_into(node, s._mapping):
+            _write_by_path(plan_for(node), s, node)
 
 
-def _write_along(plan: Plan, trie: dict[Any, Any], mapping: dict[Any, Any]) -> bool:
-    """Write the leaves of one nested State into the graph along the trie (which may cover
-    more than the State). False where the State does not fit the graph: the caller then writes
-    by path, which names the path that does not exist."""
-    get = trie.get
+def _write_into(node: Any, mapping: dict[Any, Any]) -> bool:
+    """Write one nested State into the graph by walking both together (no traversal of the
+    rest of the graph). False where the State does not fit: the caller then writes by path,
+    which names the path that does not exist or the container that cannot take the value."""
+    t = type(node)
+    impl = impl_for(t)
+    if impl is None:
+        return False
+    if impl.attributes is not None:
+        children: Any = node.__dict__
+        hidden = impl.attributes
+    elif t is list or t is dict or t is tuple:
+        children, hidden = node, frozenset()
+    else:
+        return False  # a registered type: by path
     for key, value in mapping.items():
-        sub = get(key)
-        if type(sub) is dict:
-            if type(value) is not State or not _write_along(plan, sub, value._mapping):
-                return False
-        elif sub is None or type(value) is State:
+        if key in hidden:
             return False
+        try:
+            target = children[key]
+        except (KeyError, IndexError, TypeError):
+            return False
+        if type(value) is State:
+            if not _write_into(target, value._mapping):
+                return False
+        elif isinstance(target, Variable):
+            target.value = value._value if isinstance(value, Variable) else value
+        elif is_array(target) and t is not tuple:
+            children[key] = value._value if isinstance(value, Variable) else value
         else:
-            plan.write_leaf(sub, value._value if isinstance(value, Variable) else value)
+            return False
     return True
 
 
