@@ -150,7 +150,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--figure", type=Path, default=Path("docs/images/scaling.png"))
     a = p.parse_args(argv)
     print(f"jax {jax.__version__}; load average {os.getloadavg()[0]:.2f}")
-    rows = {n: measure(n, a.repeats) for n in a.sizes}
+    rows = {}
+    for n in a.sizes:
+        rows[n] = measure(n, a.repeats)
+        print(f"measured {n} Variables: " + ", ".join(f"{k} {v:.0f}" for k, v in rows[n].items()),
+              flush=True)
     names = list(rows[a.sizes[0]])
     print("\n| Variables | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
