@@ -1,5 +1,6 @@
 """nnx_core: Modules, Variables, the graph/state API, filters, Rngs and lifted transforms."""
 
+from . import metrics as metrics
 from ._api import clone as clone
 from ._api import graphdef as graphdef
 from ._api import iter_graph as iter_graph
@@ -18,71 +19,127 @@ from ._filters import PathContains as PathContains
 from ._filters import to_predicate as to_predicate
 from ._graph import GraphDef as GraphDef
 from ._graph import register_node_type as register_node_type
+from ._kinds import set_variable_kind_resolver as set_variable_kind_resolver
+from ._logical import logical_axis_rules as logical_axis_rules
+from ._logical import with_logical_constraint as with_logical_constraint
+from ._logical import with_partitioning as with_partitioning
+from ._module import M as M
 from ._module import Module as Module
 from ._optimizer import Optimizer as Optimizer
 from ._optimizer import OptState as OptState
+from ._pytree import Dict as Dict
+from ._pytree import List as List
+from ._pytree import Object as Object
+from ._pytree import PathKey as PathKey
+from ._pytree import Pytree as Pytree
+from ._rng_split import SplitBackups as SplitBackups
+from ._rng_split import fork_rngs as fork_rngs
+from ._rng_split import reseed as reseed
+from ._rng_split import restore_rngs as restore_rngs
+from ._rng_split import split_rngs as split_rngs
 from ._rngs import RngCount as RngCount
 from ._rngs import RngKey as RngKey
 from ._rngs import Rngs as Rngs
 from ._rngs import RngStream as RngStream
+from ._rngs import WithTag as WithTag
 from ._sharding import create_sharded as create_sharded
 from ._sharding import get_named_sharding as get_named_sharding
 from ._sharding import get_partition_spec as get_partition_spec
 from ._sharding import shard as shard
 from ._state import State as State
 from ._state import format_path as format_path
+from ._tabulate import tabulate as tabulate
 from ._tracing import TraceContextError as TraceContextError
+from ._train_state import ApplyCaller as ApplyCaller
+from ._train_state import TrainState as TrainState
+from ._transforms._autodiff import DiffState as DiffState
 from ._transforms._autodiff import grad as grad
+from ._transforms._autodiff import jvp as jvp
 from ._transforms._autodiff import remat as remat
 from ._transforms._autodiff import value_and_grad as value_and_grad
+from ._transforms._autodiff import vjp as vjp
+from ._transforms._axes import StateSharding as StateSharding
 from ._transforms._control import cond as cond
 from ._transforms._control import fori_loop as fori_loop
+from ._transforms._control import switch as switch
+from ._transforms._control import while_loop as while_loop
+from ._transforms._custom_vjp import custom_vjp as custom_vjp
 from ._transforms._eval_shape import eval_shape as eval_shape
 from ._transforms._jit import jit as jit
 from ._transforms._mapping import Carry as Carry
 from ._transforms._mapping import StateAxes as StateAxes
+from ._transforms._mapping import pmap as pmap
 from ._transforms._mapping import vmap as vmap
+from ._transforms._partial import cached_partial as cached_partial
+from ._transforms._partial import jit_partial as jit_partial
 from ._transforms._scan import scan as scan
+from ._transforms._shard_map import shard_map as shard_map
+from ._variable_metadata import VariableMetadata as VariableMetadata
+from ._variable_metadata import with_metadata as with_metadata
+from ._variables import A as A
 from ._variables import BatchStat as BatchStat
 from ._variables import Cache as Cache
 from ._variables import Intermediate as Intermediate
 from ._variables import Param as Param
+from ._variables import Perturbation as Perturbation
 from ._variables import Variable as Variable
 from ._variables import register_variable_type as register_variable_type
 from ._variables import registered_variable_types as registered_variable_types
 from ._variables import variable_name as variable_name
 from ._variables import variable_type as variable_type
+from .metrics import Metric as Metric
+from .metrics import MultiMetric as MultiMetric
 
 __all__ = [
+    "A",
     "All",
     "Any",
+    "ApplyCaller",
     "BatchStat",
     "Cache",
+    "DiffState",
     "Carry",
+    "Dict",
     "Everything",
     "GraphDef",
     "Intermediate",
+    "List",
+    "M",
+    "Metric",
     "Module",
+    "MultiMetric",
     "Not",
     "Nothing",
+    "Object",
     "OfType",
     "OptState",
     "Optimizer",
     "Param",
     "PathContains",
+    "PathKey",
+    "Perturbation",
+    "Pytree",
     "RngCount",
     "RngKey",
     "RngStream",
     "Rngs",
+    "SplitBackups",
     "State",
     "StateAxes",
+    "StateSharding",
     "TraceContextError",
+    "TrainState",
     "Variable",
+    "WithTag",
+    "cached_partial",
+    "VariableMetadata",
     "clone",
     "cond",
     "create_sharded",
+    "custom_vjp",
     "eval_shape",
     "fori_loop",
+    "fork_rngs",
     "format_path",
     "get_named_sharding",
     "get_partition_spec",
@@ -90,20 +147,37 @@ __all__ = [
     "graphdef",
     "iter_graph",
     "jit",
+    "jit_partial",
+    "jvp",
     "merge",
+    "pmap",
+    "logical_axis_rules",
+    "metrics",
     "pop",
     "register_node_type",
     "register_variable_type",
     "registered_variable_types",
     "remat",
+    "reseed",
+    "restore_rngs",
     "scan",
+    "set_variable_kind_resolver",
     "shard",
+    "shard_map",
     "split",
+    "split_rngs",
+    "switch",
     "state",
+    "tabulate",
     "to_predicate",
     "update",
     "value_and_grad",
     "variable_name",
     "variable_type",
+    "vjp",
     "vmap",
+    "while_loop",
+    "with_logical_constraint",
+    "with_metadata",
+    "with_partitioning",
 ]

@@ -305,7 +305,7 @@ def _write_into(node: Any, mapping: dict[Any, Any]) -> bool:
             if not _write_into(target, value._mapping):
                 return False
         elif isinstance(target, Variable):
-            target.value = value._value if isinstance(value, Variable) else value
+            target.set_raw_value(value._value if isinstance(value, Variable) else value)
         elif is_array(target) and t is not tuple:
             children[key] = value._value if isinstance(value, Variable) else value
         else:

@@ -42,16 +42,29 @@ class OfType:
 class PathContains:
     """Match values whose path contains ``key`` (an attribute name or an index).
 
+    With ``exact=False`` a path part matches when ``str(key)`` is a substring of it, so
+    ``PathContains("attn", exact=False)`` matches ``encoder.self_attn.kernel``.
+
     Example:
         >>> import nnx_core as nnx
         >>> nnx.PathContains("encoder")(("encoder", "kernel"), None)
         True
+        >>> nnx.PathContains("attn", exact=False)(("self_attn", "kernel"), None)
+        True
     """
 
     key: Any
+    exact: bool = True
 
     def __call__(self, path: Path, value: Any) -> bool:
-        return self.key in path
+        if self.exact:
+            return self.key in path
+        key = str(self.key)
+        return any(key in str(part) for part in path)
+
+    def __repr__(self) -> str:
+        exact = "" if self.exact else ", exact=False"
+        return f"PathContains(key={self.key!r}{exact})"
 
 
 class Any_:
@@ -126,11 +139,24 @@ class Not:
 
 
 class _Constant:
+    """A filter that matches everything or nothing.
+
+    It is used bare (``nnx.Everything``) or called with no arguments (``nnx.Everything()``,
+    as flax.nnx code writes it); both are the same object.
+    """
+
     def __init__(self, result: bool, name: str):
         self.result = result
         self.name = name
 
-    def __call__(self, path: Path, value: Any) -> bool:
+    def __call__(self, *args: Any) -> Any:
+        if not args:
+            return self
+        if len(args) != 2:
+            raise TypeError(
+                f"{self.name} is a filter: use it as {self.name} or {self.name}() and let the "
+                f"graph API call it with (path, value); got {len(args)} argument(s)."
+            )
         return self.result
 
     def __repr__(self) -> str:

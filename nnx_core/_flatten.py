@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
+from types import GenericAlias
 from typing import Any
 
 import jax
@@ -57,6 +58,9 @@ class GraphDef:
     """
 
     __slots__ = ("spec", "paths", "_hash", "_trie", "_program")
+
+    def __class_getitem__(cls, item: Any) -> GenericAlias:  # GraphDef[Model] in annotations
+        return GenericAlias(cls, item)
 
     def __init__(self, spec: tuple[Any, ...], paths: tuple[Path, ...]):
         self.spec = spec
@@ -386,7 +390,7 @@ class Unflattener:
         value = leaf._value if isinstance(leaf, Variable) else leaf
         old = self.reuse.get(i) if self.reuse else None
         if old is not None and type(old) is cls:
-            old.value = value
+            old.set_raw_value(value)
             if old.meta_key() != meta_key:
                 old.set_metadata(**dict(meta_key))
             v = old

@@ -143,7 +143,7 @@ class Plan:
     def write_leaf(self, i: int, value: Any) -> None:
         leaf = self.leaves[i]
         if isinstance(leaf, Variable):
-            leaf.value = value
+            leaf.set_raw_value(value)
         else:
             owner, impl, key = self.owners[i]
             write_child(owner, impl, key, value)

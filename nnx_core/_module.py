@@ -2,28 +2,23 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+import jax
+import jax.numpy as jnp
+
 from ._filters import Filter, to_predicate
-from ._graph import (
-    PLAN_ATTR,
-    TRACE_ATTR,
-    NodeImpl,
-    bump_epoch,
-    is_array,
-    iter_nodes,
-    register_internal,
-)
-from ._tracing import TraceContextError, current_trace
-from ._variables import Intermediate, Variable, _describe, has_tracer, variable_name
+from ._graph import is_array, iter_nodes, register_internal
+from ._pytree import HIDDEN, NODE_IMPL, Pytree
+from ._variables import Intermediate, Perturbation, Variable, variable_name
 
 M = TypeVar("M", bound="Module")
 _MISSING = object()
-_HIDDEN = frozenset({TRACE_ATTR, PLAN_ATTR})  # bookkeeping in __dict__, not attributes
 
 
-class Module:
+class Module(Pytree):
     """Base class of models: assign Variables, arrays, submodules and plain lists/dicts of them.
 
     Attributes of any other type are static (part of the structure, not the state). No wrapper
@@ -51,37 +46,6 @@ class Module:
         kind   variables  elements  bytes
         Param          2        20   80 B
     """
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        obj = object.__new__(cls)
-        object.__setattr__(obj, TRACE_ATTR, current_trace())
-        return obj
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        d = self.__dict__
-        old = d.get(name, _MISSING)
-        if old is not value and not (
-            is_array(old) and is_array(value) and type(old) is type(value)
-        ):  # an array replaced by an array of the same type changes values only
-            bump_epoch()
-        if has_tracer(value) and d.get(TRACE_ATTR) != current_trace():
-            raise TraceContextError(
-                f"Cannot set the traced value {name!r} on {type(self).__name__}: the module was "
-                "created outside the JAX transform that is running now. Pass it as an argument "
-                "of the transform (e.g. nnx_core.jit(f)(model, x)) instead of capturing it."
-            )
-        object.__setattr__(self, name, value)
-
-    def __delattr__(self, name: str) -> None:
-        bump_epoch()
-        object.__delattr__(self, name)
-
-    def __getstate__(self) -> dict[str, Any]:
-        # copy, deepcopy and pickle: the attributes only (the trace token is not picklable)
-        return {k: v for k, v in self.__dict__.items() if k not in _HIDDEN}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
 
     # -- modes -------------------------------------------------------------------------------
     def set_attributes(self: M, *, raise_if_not_found: bool = True, **attributes: Any) -> M:
@@ -154,6 +118,40 @@ class Module:
                 f"{type(current).__name__}, not a {variable_type.__name__}. Use another name."
             )
 
+    def perturb(
+        self, name: str, value: Any, variable_type: type[Variable] = Perturbation
+    ) -> Any:
+        """Return ``value`` plus the Variable ``name`` (zeros, created on the first call).
+
+        Differentiating a loss with respect to the ``Perturbation`` kind then gives the
+        gradient with respect to the intermediate ``value``.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> import nnx_core as nnx
+            >>> class M(nnx.Module):
+            ...     def __call__(self, x):
+            ...         return 3.0 * self.perturb("h", x)
+            >>> m = M(); _ = m(jnp.ones(2))
+            >>> grads = nnx.grad(lambda m: m(jnp.ones(2)).sum(), wrt=nnx.Perturbation)(m)
+            >>> grads["h"].value.tolist()
+            [3.0, 3.0]
+
+        Raises:
+            TypeError: ``name`` holds something that is not a ``variable_type`` Variable.
+        """
+        current = vars(self).get(name, _MISSING)
+        if current is _MISSING:
+            zeros = jax.tree_util.tree_map(jnp.zeros_like, value)
+            setattr(self, name, variable_type(zeros))
+            return jax.tree_util.tree_map(operator.add, zeros, value)
+        if not isinstance(current, variable_type):
+            raise TypeError(
+                f"perturb: attribute {name!r} of {type(self).__name__} holds a "
+                f"{type(current).__name__}, not a {variable_type.__name__}. Use another name."
+            )
+        return jax.tree_util.tree_map(operator.add, current.get_value(), value)
+
     # -- traversal ---------------------------------------------------------------------------
     def iter_modules(self) -> Iterator[tuple[tuple[Any, ...], Module]]:
         """Yield ``(path, module)`` for this module and every submodule, once each."""
@@ -164,13 +162,10 @@ class Module:
     def iter_children(self) -> Iterator[tuple[str, Module]]:
         """Yield ``(name, module)`` for the direct submodule attributes."""
         for name, value in sorted(vars(self).items()):
-            if isinstance(value, Module) and name not in _HIDDEN:
+            if isinstance(value, Module) and name not in HIDDEN:
                 yield name, value
 
     # -- display -----------------------------------------------------------------------------
-    def __repr__(self) -> str:
-        return _repr(self, 0, set())
-
     def summary(self, *filters: Filter) -> str:
         """A table of Variable counts, element counts and bytes per Variable kind."""
         pred = to_predicate(filters if filters else ...)
@@ -213,60 +208,7 @@ def _bytes(n: int) -> str:
     return str(n)
 
 
-def _repr(x: Any, indent: int, seen: set[int]) -> str:
-    pad = "  " * (indent + 1)
-    if isinstance(x, Module):
-        if id(x) in seen:
-            return f"{type(x).__name__}(...)"
-        seen.add(id(x))
-        items = sorted(kv for kv in vars(x).items() if kv[0] not in _HIDDEN)
-        if not items:
-            return f"{type(x).__name__}()"
-        body = "".join(f"{pad}{k}={_repr(v, indent + 1, seen)},\n" for k, v in items)
-        return f"{type(x).__name__}(\n{body}{'  ' * indent})"
-    if isinstance(x, (list, tuple)) and any(isinstance(v, (Module, Variable)) or is_array(v) for v in x):
-        open_, close = ("[", "]") if isinstance(x, list) else ("(", ")")
-        body = "".join(f"{pad}{_repr(v, indent + 1, seen)},\n" for v in x)
-        return f"{open_}\n{body}{'  ' * indent}{close}"
-    if isinstance(x, dict) and any(isinstance(v, (Module, Variable)) or is_array(v) for v in x.values()):
-        body = "".join(f"{pad}{k!r}: {_repr(v, indent + 1, seen)},\n" for k, v in x.items())
-        return f"{{\n{body}{'  ' * indent}}}"
-    if is_array(x):
-        return _describe(x)
-    return repr(x)
-
-
-def _module_flatten(m: Module) -> tuple[list[tuple[str, Any]], None]:
-    return sorted(kv for kv in vars(m).items() if kv[0] not in _HIDDEN), None
-
-
-def _module_create_empty(t: type, aux: Any) -> Module:
-    obj: Module = object.__new__(t)
-    object.__setattr__(obj, TRACE_ATTR, current_trace())
-    return obj
-
-
-def _module_fill(m: Module, children: Any) -> None:
-    d = vars(m)
-    trace = d.get(TRACE_ATTR)
-    d.clear()
-    d[TRACE_ATTR] = trace
-    d.update(children)
-
-
-register_internal(
-    Module,
-    NodeImpl(
-        flatten=_module_flatten,
-        create_empty=_module_create_empty,
-        fill=_module_fill,
-        set_key=lambda m, k, v: vars(m).__setitem__(k, v),
-        pop_key=lambda m, k: vars(m).pop(k),
-        subclasses=True,
-        mutable=False,  # attribute changes go through __setattr__, which bumps the epoch
-        plan_attr=PLAN_ATTR,
-        attributes=_HIDDEN,
-    ),
-)
+# the same node handling as every Pytree, registered under its own name for error messages
+register_internal(Module, NODE_IMPL)
 
 __all__ = ["Module", "Intermediate"]

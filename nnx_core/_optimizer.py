@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import GenericAlias
 from typing import Any
 
 import jax
@@ -36,6 +37,9 @@ class Optimizer(Module):
         >>> opt.update(m, grads); m.w.value.tolist(), int(opt.step.value)
         ([0.0, 0.0], 1)
     """
+
+    def __class_getitem__(cls, item: Any) -> GenericAlias:  # Optimizer[Model] in annotations
+        return GenericAlias(cls, item)
 
     def __init__(self, model: Module, tx: optax.GradientTransformation, *, wrt: Filter = Param):
         if not hasattr(tx, "init") or not hasattr(tx, "update"):

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from ._filters import Filter, to_predicate
 from ._module import Module
 from ._variables import Variable
+
+Shape = int | tuple[int, ...]
 
 
 class RngKey(Variable, kind="RngKey"):
@@ -20,6 +26,8 @@ class RngCount(Variable, kind="RngCount"):
 
 
 def _as_key(seed: Any, name: str) -> Any:
+    if isinstance(seed, RngStream):
+        return seed.key.value
     if isinstance(seed, (int, jnp.integer)) and not isinstance(seed, bool):
         return jax.random.key(int(seed))
     if isinstance(seed, jax.Array):
@@ -38,8 +46,26 @@ def _as_key(seed: Any, name: str) -> Any:
     )
 
 
+def as_shape(splits: Any, where: str) -> tuple[int, ...]:
+    """``splits`` (an int or a tuple of ints, all >= 1) as a shape tuple."""
+    shape = (splits,) if isinstance(splits, int) and not isinstance(splits, bool) else splits
+    if not (
+        isinstance(shape, tuple)
+        and shape
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in shape)
+    ):
+        raise TypeError(
+            f"{where}: the number of splits must be a positive int or a tuple of positive ints "
+            f"(a shape), got {splits!r}."
+        )
+    return shape
+
+
 class RngStream(Module):
     """One named stream: each call returns a new key ``fold_in(key, count)`` and counts up.
+
+    The count has the shape of the key, so a stream holding a batch of keys (after
+    :meth:`split`) is mapped over by ``vmap``/``scan`` like any other state.
 
     Example:
         >>> import jax
@@ -47,30 +73,100 @@ class RngStream(Module):
         >>> s = RngStream(0, tag="params")
         >>> bool((jax.random.key_data(s()) != jax.random.key_data(s())).any()), int(s.count.value)
         (True, 2)
+        >>> s.split(4).key.shape, s.fork().key.shape, int(s.count.value)
+        ((4,), (), 4)
+
+    Raises:
+        TypeError: the seed is not an int or a key; the stream is called with arguments.
+        ValueError: a key is drawn from a stream that holds a batch of keys.
     """
 
     def __init__(self, seed: Any, *, tag: str):
-        self.key = RngKey(_as_key(seed, tag), tag=tag)
-        self.count = RngCount(jnp.zeros((), jnp.uint32), tag=tag)
+        key = _as_key(seed, tag)
+        self.key = RngKey(key, tag=tag)
+        self.count = RngCount(jnp.zeros(key.shape, jnp.uint32), tag=tag)
         self.tag = tag
 
-    def __call__(self) -> jax.Array:
-        key = jax.random.fold_in(self.key.value, self.count.value)
+    def __call__(self, *args: Any, **kwargs: Any) -> jax.Array:
+        if args or kwargs:
+            raise TypeError(
+                f"Rng stream {self.tag!r} takes no arguments: calling it returns a new key. "
+                f"For random values pass that key to jax.random, e.g. "
+                f"jax.random.normal(rngs.{self.tag}(), shape)."
+            )
+        key = self.key.value
+        if key.shape:
+            raise ValueError(
+                f"Rng stream {self.tag!r} holds a batch of keys of shape {key.shape}, so it "
+                "cannot hand out one key. Draw from it inside nnx_core.vmap or scan over that "
+                "axis (in_axes=0), or restore it (nnx_core.split_rngs returns backups)."
+            )
+        out = jax.random.fold_in(key, self.count.value)
         self.count.value = self.count.value + 1
-        return key
+        return out
 
-    def split(self, num: int | tuple[int, ...]) -> jax.Array:
-        """``num`` independent keys from one draw of the stream."""
-        return jax.random.split(self(), num)
+    def split(self, splits: Shape) -> RngStream:
+        """A new stream holding ``splits`` independent keys from one draw of this one."""
+        return RngStream(
+            jax.random.split(self(), as_shape(splits, "RngStream.split")), tag=self.tag
+        )
+
+    def fork(self) -> RngStream:
+        """A new, independent stream seeded with one draw of this one (its count starts at 0)."""
+        return RngStream(self(), tag=self.tag)
+
+
+@dataclass(frozen=True)
+class WithTag:
+    """Filter: Variables (and Rng streams) whose ``tag`` is ``tag``, e.g. an Rng stream's.
+
+    Inside ``nnx.Not``/``All``/``Any`` a string means a Variable kind, so a stream is named
+    there with ``WithTag``: ``nnx.split_rngs(rngs, splits=4, only=nnx.Not(nnx.WithTag("dropout")))``.
+
+    Example:
+        >>> import nnx_core as nnx
+        >>> rngs = nnx.Rngs(params=0, dropout=1)
+        >>> [nnx.format_path(p) for p, _ in nnx.state(rngs, nnx.WithTag("dropout")).flat_state()]
+        ['dropout.count', 'dropout.key']
+    """
+
+    tag: str
+
+    def __call__(self, path: tuple[Any, ...], value: Any) -> bool:
+        return getattr(value, "tag", None) == self.tag
+
+
+def stream_predicate(filter: Filter) -> Callable[[tuple[Any, ...], RngStream], bool]:  # noqa: A002
+    """A predicate ``(path, stream) -> bool`` for filters over Rng streams.
+
+    A string names a stream (its tag), also inside a tuple or list; any other filter is
+    applied, as in flax.nnx, to the stream's ``key`` and ``count`` Variables at
+    ``path + ("key",)`` / ``path + ("count",)`` and must match both.
+    """
+    if isinstance(filter, str):
+        return lambda path, stream: stream.tag == filter
+    if isinstance(filter, (tuple, list)):
+        parts = [stream_predicate(f) for f in filter]
+        return lambda path, stream: any(p(path, stream) for p in parts)
+    pred = to_predicate(filter)
+    return lambda path, stream: bool(
+        pred((*path, "key"), stream.key) and pred((*path, "count"), stream.count)
+    )
+
+
+def suggest(name: str, names: list[str]) -> str:
+    """`` Did you mean 'x'?`` for the names close to ``name`` (empty if none are)."""
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    return f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 
 class Rngs(Module):
     """Named Rng streams: ``Rngs(0)``, ``Rngs(params=0, dropout=1)``.
 
-    ``rngs.params()`` / ``rngs["params"]()`` return a fresh key; a stream that does not exist
-    falls back to the ``default`` stream (the positional seed). The counters are Variables
-    (kind ``RngCount``), so they advance correctly through ``jit`` and are split per example in
-    ``vmap``.
+    ``rngs.params()`` / ``rngs["params"]()`` return a fresh key. A stream that does not exist
+    is served by the ``default`` stream (the positional seed) when there is one, and is an
+    error otherwise. The counters are Variables (kind ``RngCount``), so they advance correctly
+    through ``jit`` and are split per example in ``vmap``.
 
     Example:
         >>> import nnx_core as nnx
@@ -79,9 +175,12 @@ class Rngs(Module):
         ((), (), True)
         >>> int(rngs.default.count.value)
         1
+        >>> rngs.split(4).dropout.key.shape, rngs.fork().dropout.key.shape
+        ((4,), ())
 
     Raises:
         TypeError: no seed, the default seed given twice, or a seed that is not an int or key.
+        ValueError: a stream name that is also an attribute of Rngs (e.g. ``fork``).
         AttributeError: a stream is missing and there is no ``default`` stream.
     """
 
@@ -94,6 +193,13 @@ class Rngs(Module):
             streams = {"default": default, **streams}
         if not streams:
             raise TypeError("Rngs needs at least one seed, e.g. Rngs(0) or Rngs(params=0).")
+        for name in streams:
+            if name.startswith("_") or hasattr(Rngs, name):
+                raise ValueError(
+                    f"Rngs cannot have a stream named {name!r}: that name is "
+                    f"{'private' if name.startswith('_') else 'an attribute of Rngs'}. "
+                    f"Choose another name, e.g. Rngs({name.strip('_')}_rng=...)."
+                )
         for name, seed in streams.items():
             setattr(self, name, RngStream(seed, tag=name))
 
@@ -106,7 +212,7 @@ class Rngs(Module):
             return default
         streams = sorted(k for k, v in d.items() if isinstance(v, RngStream))
         raise AttributeError(
-            f"Rngs has no stream {name!r} and no default stream (streams: {streams}). "
+            f"Rngs has no stream {name!r} and no default stream (streams: {streams}).{suggest(name, streams)} "
             f"Create it with Rngs({name}=seed, ...) or give a default seed: Rngs(0, ...)."
         )
 
@@ -117,9 +223,53 @@ class Rngs(Module):
     def __contains__(self, name: object) -> bool:
         return isinstance(vars(self).get(name), RngStream)  # type: ignore[arg-type,call-overload]
 
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.streams())
+
+    def __len__(self) -> int:
+        return len(self.streams())
+
     def __call__(self) -> jax.Array:
         return self.default()
 
     def streams(self) -> dict[str, RngStream]:
         """The streams by name."""
         return {k: v for k, v in vars(self).items() if isinstance(v, RngStream)}
+
+    def items(self) -> Iterator[tuple[str, RngStream]]:
+        """``(name, stream)`` pairs, as in flax.nnx."""
+        return iter(self.streams().items())
+
+    def split(self, splits: Shape | Mapping[Filter, Shape | None]) -> Rngs:
+        """A new Rngs whose streams hold a batch of keys (one draw of each stream split).
+
+        ``splits`` is a shape for every stream, or a mapping from stream filters (a stream
+        name, ``...``, ``nnx.Not(nnx.WithTag("params"))``) to a shape or ``None``; the first
+        matching filter wins. A stream matched by ``None`` or by no filter is the same stream object in both.
+
+        Raises:
+            TypeError: a split count is not a positive int or tuple of them.
+        """
+        rules = splits.items() if isinstance(splits, Mapping) else [(..., splits)]
+        preds = [(stream_predicate(f), n) for f, n in rules]
+        out: dict[str, RngStream] = {}
+        for name, stream in self.streams().items():
+            n = next((n for p, n in preds if p((name,), stream)), None)
+            out[name] = stream if n is None else stream.split(n)
+        return _rngs_of(out)
+
+    def fork(self) -> Rngs:
+        """A new, independent Rngs with one draw of each stream as its seeds.
+
+        Each stream of the new Rngs is seeded with ``rngs.<name>()`` (so this one advances by
+        one key per stream); as in flax.nnx, this is how a layer takes its own streams.
+        """
+        return _rngs_of({name: stream.fork() for name, stream in self.streams().items()})
+
+
+def _rngs_of(streams: dict[str, RngStream]) -> Rngs:
+    """An Rngs holding these stream objects (not copies)."""
+    rngs: Rngs = Rngs.__new__(Rngs)
+    for name, stream in streams.items():
+        setattr(rngs, name, stream)
+    return rngs

@@ -2,46 +2,40 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ._api import merge, split, update
+from ._logical import Rules, current_rules, mesh_axes
 from ._state import State, format_path
 from ._transforms._eval_shape import eval_shape
 from ._variables import Variable
 
-Rules = Mapping[str, Any]
-
 
 def _spec_for(leaf: Any, rules: Rules | None, mesh: Mesh | None, path: tuple[Any, ...]) -> PartitionSpec:
-    names = leaf.metadata.get("sharding_names") if isinstance(leaf, Variable) else None
+    meta = leaf._meta if isinstance(leaf, Variable) else {}
+    names = meta.get("sharding_names", meta.get("out_sharding"))  # out_sharding: flax's name
     if names is None:
         return PartitionSpec()
-    ndim = len(getattr(leaf.value, "shape", ()))
+    ndim = len(getattr(leaf.get_raw_value(), "shape", ()))
     if len(names) != ndim:
         raise ValueError(
             f"{format_path(path)} has sharding_names {tuple(names)} ({len(names)} names) but its "
             f"value has {ndim} dimensions; give one name (or None) per dimension."
         )
-    axes = []
-    for name in names:
-        axis = rules.get(name, name) if rules is not None and name is not None else name
-        if mesh is not None and axis is not None:
-            wanted = axis if isinstance(axis, tuple) else (axis,)
-            if not all(a in mesh.axis_names for a in wanted):
-                axis = None
-        axes.append(axis)
-    return PartitionSpec(*axes)
+    return mesh_axes(tuple(names), current_rules(rules), mesh)
 
 
 def get_partition_spec(state: State, *, rules: Rules | None = None, mesh: Mesh | None = None) -> State:
     """A State of ``PartitionSpec`` leaves from the Variables' ``sharding_names`` metadata.
 
-    ``rules`` maps logical names to mesh axis names (e.g. ``{"embed": "model", "batch": "data"}``);
+    ``rules`` maps logical names to mesh axis names (e.g. ``{"embed": "model", "batch": "data"}``;
+    default: the rules of the enclosing :func:`logical_axis_rules`, else names are mesh axes);
     a name absent from ``mesh`` (when given) is replicated. Variables without names are replicated.
+    flax.nnx's ``out_sharding`` metadata is read when ``sharding_names`` is absent.
 
     Example:
         >>> import jax.numpy as jnp

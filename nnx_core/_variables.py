@@ -1,50 +1,40 @@
-"""Variables: the state-carrying leaves of a model, and the kind name <-> type table."""
+"""Variables: the state-carrying leaves of a model, their accessor API and the built-in kinds.
+
+The kind name <-> type table lives in ``_kinds``; this module registers each new subclass there.
+"""
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import jax
 import numpy as np
 
+from ._kinds import (
+    register_auto,
+    register_name,
+    registered_variable_types,
+    variable_name,
+    variable_type,
+)
 from ._tracing import TraceContextError, Tracer, current_trace
+from ._values import MISSING, _ById, _describe, hashable
+from ._variable_metadata import VariableMetadata
+from ._variable_ops import install_operators, register_pytree
 
-V = TypeVar("V", bound="Variable")
+A = TypeVar("A")
+V = TypeVar("V", bound="Variable[Any]")
 
-_NAME_TO_TYPE: dict[str, type[Variable]] = {}
-_TYPE_TO_NAME: dict[type[Variable], str] = {}
-_AUTO_NAMES: set[str] = set()
 _SLOTS = frozenset({"_value", "_raw_value", "_meta", "_meta_key", "_trace", "_private"})
 _structure_listeners: list[Callable[[], None]] = []
 
-
-class _ById:
-    """Hashable stand-in for an unhashable static value: equal only to the same object."""
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj: Any):
-        self.obj = obj
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _ById) and other.obj is self.obj
-
-    def __hash__(self) -> int:
-        return id(self.obj)
-
-    def __repr__(self) -> str:
-        return repr(self.obj)
-
-
-def hashable(value: Any) -> Any:
-    """Return ``value`` if it is hashable, else a wrapper that hashes by identity."""
-    try:
-        hash(value)
-    except TypeError:
-        return _ById(value)
-    return value
+__all__ = [  # private helpers are re-exported for the graph modules
+    "A", "MISSING", "BatchStat", "Cache", "Intermediate", "Param", "Perturbation", "Variable",
+    "_ById", "_describe", "has_tracer", "hashable", "register_variable_type",
+    "registered_variable_types", "variable_name", "variable_type",
+]
 
 
 def has_tracer(value: Any) -> bool:
@@ -60,29 +50,21 @@ def has_tracer(value: Any) -> bool:
     return False
 
 
-def _describe(value: Any) -> str:
-    shape = getattr(value, "shape", None)
-    dtype = getattr(value, "dtype", None)
-    if shape is None or dtype is None:
-        return repr(value)
-    dims = ",".join(str(d) for d in shape)
-    if shape == () and not isinstance(value, Tracer) and not jax.dtypes.issubdtype(
-        dtype, jax.dtypes.prng_key
-    ):
-        try:
-            return f"{dtype}[]={np.asarray(value).item()!r}"
-        except RuntimeError:  # e.g. a donated (deleted) buffer: show the type only
-            pass
-    return f"{dtype}[{dims}]"
+def _notify_structure_change() -> None:
+    for listener in _structure_listeners:
+        listener()
 
 
-class Variable:
+class Variable(Generic[A]):
     """A mutable box around one array (or any value) plus metadata; subclasses are *kinds*.
 
-    ``v.value`` and ``v[...]`` read and write the value, array operators and ``jnp.asarray(v)``
-    work on it, and keyword metadata (e.g. ``sharding_names``) rides along through
-    ``split``/``merge`` and the transforms. A subclass is a new kind that filters match by
-    ``isinstance``; give it a stable registered name with ``kind=``.
+    ``v.value``, ``v[...]``, ``get_value``/``set_value`` read and write the value, array
+    operators and ``jnp.asarray(v)`` work on it, and keyword metadata (e.g. ``sharding_names``)
+    rides along through ``split``/``merge`` and the transforms. A subclass is a new kind that
+    filters match by ``isinstance``; give it a stable registered name with ``kind=``. A subclass
+    may override ``create_value`` (run once, at construction), ``get_value`` and ``set_value``
+    (every user read and write) to transform values; the graph API and the transforms move raw
+    values (``get_raw_value``) and do not call them.
 
     Example:
         >>> import jax.numpy as jnp
@@ -92,39 +74,65 @@ class Variable:
         Param(float32[2,3], sharding_names=('in', 'out'))
         >>> (v + 1)[0, 0].item(), v.shape, v.sharding_names
         (2.0, (2, 3), ('in', 'out'))
-        >>> v[...] = jnp.zeros((2, 3)); float(v.value.sum())
+        >>> v[...] = jnp.zeros((2, 3)); float(v.get_value().sum())
         0.0
-        >>> class LoRAParam(nnx.Param, kind="example.LoRAParam"): pass
-        >>> nnx.variable_name(LoRAParam), nnx.variable_type("example.LoRAParam") is LoRAParam
-        ('example.LoRAParam', True)
+        >>> class Count(nnx.Variable[nnx.A], kind="example.Count"): pass
+        >>> nnx.variable_name(Count), nnx.variable_type("example.Count") is Count
+        ('example.Count', True)
     """
 
     # ``_private`` is True only while the value is an array that nnx_core.jit wrote as a fresh
-    # output and that nothing has read since: reading ``_value`` (which every public read goes
-    # through) clears it, and every other write stores False. jit donates such a buffer without
-    # a copy; see docs/design/transforms.md.
+    # output and that nothing has read since: reading ``_value`` (which every read that may keep
+    # the value goes through) clears it, and every other write stores False. jit donates such a
+    # buffer without a copy; see docs/design/transforms.md.
     __slots__ = ("_raw_value", "_meta", "_meta_key", "_trace", "_private")
     _raw_value: Any
+    _private: bool
     _meta: dict[str, Any]
     _meta_key: tuple[Any, ...] | None
     _trace: Any
-    _private: bool
 
     def __init_subclass__(cls, *, kind: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        _register_pytree(cls)
+        register_pytree(cls)
         if kind is not None:
             register_variable_type(cls, kind)
         else:
-            _register_auto(cls)
+            register_auto(cls)
 
-    def __init__(self, value: Any, **metadata: Any):
+    def __init__(self, value: A | VariableMetadata[A], **metadata: Any):
+        if isinstance(value, VariableMetadata):
+            metadata = {**metadata, **value.metadata}
+            value = value.raw_value
         if isinstance(value, Variable):
             value = value._value
+        value = cast(A, value)
         _set_value_slot(self, value)
         _set_meta_slot(self, metadata)
         _set_meta_key_slot(self, None)
         _set_trace_slot(self, current_trace())
+        _set_value_slot(self, self.create_value(value))
+
+    @classmethod
+    def from_metadata(cls: type[V], value: Any, metadata: dict[str, Any]) -> V:
+        """A Variable of this kind with ``value`` and ``metadata``, without running ``create_value``.
+
+        Example:
+            >>> import nnx_core as nnx
+            >>> nnx.Param.from_metadata(1.0, {"note": "x"})
+            Param(1.0, note='x')
+        """
+        new = object.__new__(cls)
+        _set_value_slot(new, value)
+        _set_meta_slot(new, dict(metadata))
+        _set_meta_key_slot(new, None)
+        _set_trace_slot(new, current_trace())
+        return new
+
+    @property
+    def var_type(self) -> type[Variable[Any]]:
+        """The kind of this Variable (its class)."""
+        return type(self)
 
     # -- value -------------------------------------------------------------------------------
     @property
@@ -133,13 +141,99 @@ class Variable:
         _set_private_slot(self, False)
         return self._raw_value
 
-    @property
-    def value(self) -> Any:
-        """The wrapped value (usually a ``jax.Array``)."""
-        return self._value
+    def _peek(self) -> Any:
+        """The value for a read that keeps no reference to it (shape, dtype, conversions)."""
+        if type(self).get_value is Variable.get_value:
+            return self._raw_value
+        return self.get_value()
 
-    @value.setter
-    def value(self, value: Any) -> None:
+    def create_value(self, value: A) -> A:
+        """Hook run once on the value given to the constructor; returns the value to store."""
+        return value
+
+    def get_value(self, *, index: Any = MISSING) -> A:
+        """The value, or ``value[index]`` when ``index`` is given (``...`` is the whole value).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> import nnx_core as nnx
+            >>> v = nnx.Param(jnp.arange(3.0))
+            >>> v.get_value().tolist(), v.get_value(index=1).item()
+            ([0.0, 1.0, 2.0], 1.0)
+        """
+        value = self._value
+        if index is MISSING or index is Ellipsis:
+            return value
+        return value[index]  # type: ignore[no-any-return]
+
+    def set_value(self, value: A, *, index: Any = MISSING) -> None:
+        """Replace the value, or write ``value`` into ``value[index]``.
+
+        With ``index``, a ``jax.Array`` is updated functionally (``.at[index].set``, so the
+        shape and dtype are kept and ``value`` broadcasts); ``index=...`` with an array of the
+        same shape, dtype and sharding simply replaces it. Other values (numpy arrays, lists)
+        are assigned into in place.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> import nnx_core as nnx
+            >>> v = nnx.Param(jnp.zeros(3))
+            >>> v.set_value(1.0, index=1); v.get_value().tolist()
+            [0.0, 1.0, 0.0]
+            >>> v.set_value(2.0, index=...); v.get_value().tolist()
+            [2.0, 2.0, 2.0]
+
+        Raises:
+            TraceContextError: ``value`` is traced under a transform this Variable was not
+                created under.
+            TypeError: the value cannot be assigned into by index (e.g. a tuple).
+        """
+        if isinstance(value, Variable):
+            value = value._value
+        if index is MISSING:
+            self.set_raw_value(value)
+            return
+        old = self._raw_value
+        if isinstance(old, jax.Array):
+            if index is Ellipsis and _same_array_type(old, value):
+                self.set_raw_value(value)
+            else:
+                self._check_trace(value)
+                _set_value_slot(self, old.at[index].set(value))
+            return
+        if index is Ellipsis and not isinstance(old, np.ndarray):
+            self.set_raw_value(value)
+            return
+        self._check_trace(value)
+        try:
+            old[index] = value
+        except TypeError:
+            raise TypeError(
+                f"{type(self).__name__} holds a {type(old).__name__}, which cannot be assigned "
+                f"into at index {index!r}. Replace the whole value instead: v.set_value(new)."
+            ) from None
+
+    def get_raw_value(self) -> A:
+        """The stored value, bypassing any ``get_value`` override.
+
+        Example:
+            >>> import nnx_core as nnx
+            >>> v = nnx.Param(1.0); v.set_raw_value(2.0); v.get_raw_value()
+            2.0
+        """
+        return self._value  # type: ignore[no-any-return]
+
+    def set_raw_value(self, value: A) -> None:
+        """Store ``value`` as is, bypassing any ``set_value`` override.
+
+        Raises:
+            TraceContextError: ``value`` is traced under a transform this Variable was not
+                created under.
+        """
+        self._check_trace(value)
+        _set_value_slot(self, value)
+
+    def _check_trace(self, value: Any) -> None:
         if has_tracer(value) and self._trace != current_trace():
             raise TraceContextError(
                 f"Cannot set a traced value on {type(self).__name__}({_describe(self._raw_value)}): "
@@ -147,18 +241,21 @@ class Variable:
                 "that owns it as an argument of the transform (e.g. nnx_core.jit(f)(model, x)) "
                 "instead of capturing it from an enclosing scope."
             )
-        if isinstance(value, Variable):
-            value = value._value
-        _set_value_slot(self, value)
+
+    @property
+    def value(self) -> A:
+        """The wrapped value (usually a ``jax.Array``); reads ``get_value()``, writes ``set_value``."""
+        return self.get_value()
+
+    @value.setter
+    def value(self, value: A) -> None:
+        self.set_value(value)
 
     def __getitem__(self, index: Any) -> Any:
-        return self._value if index is Ellipsis else self._value[index]
+        return self.get_value(index=index)
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        if index is Ellipsis:
-            self.value = value
-        else:
-            self.value = self._value.at[index].set(value)
+        self.set_value(value, index=index)
 
     # -- metadata ----------------------------------------------------------------------------
     @property
@@ -166,12 +263,93 @@ class Variable:
         """A copy of the metadata dict."""
         return dict(self._meta)
 
-    def set_metadata(self, **metadata: Any) -> None:
-        """Add or replace metadata entries."""
-        self._meta.update(metadata)
+    def get_metadata(self, name: str | None = None, default: Any = MISSING) -> Any:
+        """A copy of all metadata, or the entry ``name`` (``default`` if it is absent).
+
+        Example:
+            >>> import nnx_core as nnx
+            >>> v = nnx.Param(1.0, note="x")
+            >>> v.get_metadata(), v.get_metadata("note"), v.get_metadata("lr", 0.1)
+            ({'note': 'x'}, 'x', 0.1)
+
+        Raises:
+            KeyError: ``name`` is absent and no ``default`` was given.
+            TypeError: a ``default`` without a ``name``.
+        """
+        if name is None:
+            if default is not MISSING:
+                raise TypeError(
+                    f"get_metadata got default={default!r} but no name; pass the name of the "
+                    "entry, e.g. v.get_metadata('sharding_names', None)."
+                )
+            return dict(self._meta)
+        if name in self._meta:
+            return self._meta[name]
+        if default is not MISSING:
+            return default
+        raise KeyError(
+            f"{type(self).__name__} has no metadata {name!r}; metadata keys: "
+            f"{sorted(self._meta)}. Pass a default: v.get_metadata({name!r}, None)."
+        )
+
+    def set_metadata(self, *args: Any, **metadata: Any) -> None:
+        """Change metadata: ``set_metadata(key=value, ...)`` or ``set_metadata("key", value)``
+        add or replace entries; ``set_metadata({...})`` replaces all metadata.
+
+        Example:
+            >>> import nnx_core as nnx
+            >>> v = nnx.Param(1.0, a=1)
+            >>> v.set_metadata(b=2); v.set_metadata("c", 3); v.metadata
+            {'a': 1, 'b': 2, 'c': 3}
+            >>> v.set_metadata({"only": True}); v.metadata
+            {'only': True}
+
+        Raises:
+            TypeError: positional and keyword arguments mixed, or no / too many arguments.
+        """
+        if args and metadata:
+            raise TypeError(
+                f"set_metadata takes keyword arguments or positional ones, not both; got "
+                f"{args!r} and {sorted(metadata)}."
+            )
+        if len(args) == 1 and isinstance(args[0], dict):
+            self._meta.clear()
+            self._meta.update(args[0])
+        elif len(args) == 2 and isinstance(args[0], str):
+            self._meta[args[0]] = args[1]
+        elif metadata and not args:
+            self._meta.update(metadata)
+        else:
+            raise TypeError(
+                f"set_metadata expects set_metadata(key=value, ...), set_metadata('key', value) "
+                f"or set_metadata({{...}}), got the positional arguments {args!r}."
+            )
         _set_meta_key_slot(self, None)
-        for listener in _structure_listeners:
-            listener()
+        _notify_structure_change()
+
+    def has_metadata(self, name: str) -> bool:
+        """Whether the metadata has an entry ``name``."""
+        return name in self._meta
+
+    def del_metadata(self, name: str) -> None:
+        """Remove the metadata entry ``name``.
+
+        Example:
+            >>> import nnx_core as nnx
+            >>> v = nnx.Param(1.0, note="x"); v.del_metadata("note"); v.has_metadata("note")
+            False
+
+        Raises:
+            KeyError: there is no such entry.
+        """
+        if name not in self._meta:
+            raise KeyError(
+                f"{type(self).__name__} has no metadata {name!r} to delete; metadata keys: "
+                f"{sorted(self._meta)}."
+            )
+        del self._meta[name]
+        _set_meta_key_slot(self, None)
+        _notify_structure_change()
 
     def meta_key(self) -> tuple[Any, ...]:
         """Hashable, order-independent form of the metadata (cached)."""
@@ -201,22 +379,63 @@ class Variable:
             object.__setattr__(self, name, value)
         elif name in _SLOTS:
             raise AttributeError(f"{name} is internal to Variable; set `.value` instead")
+        elif name.startswith("__"):  # e.g. typing's __orig_class__ from Variable[int](...)
+            raise AttributeError(
+                f"{type(self).__name__} does not store the special attribute {name!r}; "
+                "metadata names may not start with '__'."
+            )
         else:
             self.set_metadata(**{name: value})
 
     # -- copies ------------------------------------------------------------------------------
-    def replace(self: V, value: Any = None, **metadata: Any) -> V:
-        """Return a new Variable of the same kind with ``value`` and updated metadata."""
+    def replace(self: V, value: Any = MISSING, **metadata: Any) -> V:
+        """A new Variable of the same kind with ``value`` (default: the same) and updated metadata.
+
+        Example:
+            >>> import nnx_core as nnx
+            >>> nnx.Param(1.0, a=1).replace(2.0, b=2)
+            Param(2.0, a=1, b=2)
+        """
         new = object.__new__(type(self))
-        _set_value_slot(new, self._value if value is None else value)
+        _set_value_slot(new, self._value if value is MISSING else value)
         _set_meta_slot(new, {**self._meta, **metadata})
         _set_meta_key_slot(new, None if metadata else self._meta_key)
         _set_trace_slot(new, current_trace())
         return new
 
-    def copy(self: V) -> V:
-        """A new Variable sharing the value array, with a copy of the metadata."""
-        return self.replace()
+    def copy(self: V, value: Any = MISSING, **metadata: Any) -> V:
+        """A new Variable sharing the value array, with a copy of the metadata (see ``replace``)."""
+        return self.replace(value, **metadata)
+
+    def copy_from(self, other: Variable[A]) -> None:
+        """Take the value and the metadata of ``other``, a Variable of the same kind, in place.
+
+        Example:
+            >>> import nnx_core as nnx
+            >>> a, b = nnx.Param(1.0), nnx.Param(2.0, note="b")
+            >>> a.copy_from(b); a
+            Param(2.0, note='b')
+
+        Raises:
+            ValueError: ``other`` is of another kind.
+        """
+        if type(other) is not type(self):
+            raise ValueError(
+                f"copy_from: cannot copy a {type(other).__name__} into a "
+                f"{type(self).__name__}; both must be the same kind. Use "
+                f"v.set_value(other.get_value()) to copy only the value."
+            )
+        if other is self:
+            return
+        self.set_raw_value(other._value)
+        if other._meta != self._meta:
+            self.set_metadata(dict(other._meta))
+
+    def update_from_state(self, state: Variable[A]) -> None:
+        """Take the value and metadata of ``state`` (any kind) in place."""
+        self.set_raw_value(state._value)
+        if state._meta != self._meta:
+            self.set_metadata(dict(state._meta))
 
     def __getstate__(self) -> tuple[Any, dict[str, Any]]:
         # copy, deepcopy and pickle: value and metadata only (the trace is not picklable)
@@ -230,44 +449,50 @@ class Variable:
 
     # -- array protocol ----------------------------------------------------------------------
     def __jax_array__(self) -> Any:
-        return self._value
+        return self.get_value()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return np.asarray(self._value, dtype=dtype)
+        return np.asarray(self.get_value(), dtype=dtype)
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self._raw_value.shape
+        return self._peek().shape  # type: ignore[no-any-return]
 
     @property
     def dtype(self) -> Any:
-        return self._raw_value.dtype
+        return self._peek().dtype
 
     @property
     def ndim(self) -> int:
-        return self._raw_value.ndim
+        return self._peek().ndim  # type: ignore[no-any-return]
 
     @property
     def size(self) -> int:
-        return self._raw_value.size
+        return self._peek().size  # type: ignore[no-any-return]
 
     def __len__(self) -> int:
-        return len(self._raw_value)
+        return len(self._peek())
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self._value)
+        return iter(self.get_value())  # type: ignore[call-overload]
+
+    def __contains__(self, item: Any) -> bool:
+        return item in self.get_value()  # type: ignore[operator]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.get_value()(*args, **kwargs)  # type: ignore[operator]
 
     def __bool__(self) -> bool:
-        return bool(self._raw_value)
+        return bool(self._peek())
 
     def __float__(self) -> float:
-        return float(self._raw_value)
+        return float(self._peek())
 
     def __int__(self) -> int:
-        return int(self._raw_value)
+        return int(self._peek())
 
     def __index__(self) -> int:
-        return operator.index(self._raw_value)
+        return operator.index(self._peek())
 
     def __repr__(self) -> str:
         parts = [_describe(self._raw_value)]
@@ -275,11 +500,20 @@ class Variable:
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
+def _same_array_type(old: jax.Array, new: Any) -> bool:
+    return (
+        isinstance(new, jax.Array)
+        and new.shape == old.shape
+        and new.dtype == old.dtype
+        and getattr(new, "sharding", None) == getattr(old, "sharding", None)
+    )
+
+
 _set_raw_value_slot = Variable._raw_value.__set__  # type: ignore[attr-defined,misc,union-attr]
 _set_private_slot = Variable._private.__set__  # type: ignore[attr-defined,misc,union-attr]
 
 
-def _set_value_slot(v: Variable, value: Any) -> None:
+def _set_value_slot(v: Variable[Any], value: Any) -> None:
     """Store a value that something else may also hold (every write but jit's fresh outputs)."""
     _set_raw_value_slot(v, value)
     _set_private_slot(v, False)
@@ -288,89 +522,6 @@ def _set_value_slot(v: Variable, value: Any) -> None:
 _set_meta_slot = Variable._meta.__set__  # type: ignore[attr-defined,misc,union-attr]
 _set_meta_key_slot = Variable._meta_key.__set__  # type: ignore[attr-defined,misc,union-attr]
 _set_trace_slot = Variable._trace.__set__  # type: ignore[attr-defined,misc,union-attr]
-
-
-def _binary(op: Callable[[Any, Any], Any]) -> tuple[Callable, Callable, Callable]:
-    def forward(self: Variable, other: Any) -> Any:
-        return op(self._value, other._value if isinstance(other, Variable) else other)
-
-    def reflected(self: Variable, other: Any) -> Any:
-        return op(other, self._value)
-
-    def inplace(self: Variable, other: Any) -> Variable:
-        self.value = forward(self, other)
-        return self
-
-    return forward, reflected, inplace
-
-
-for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or",
-              "xor", "lshift", "rshift"):
-    _op = getattr(operator, _name if _name not in ("and", "or") else f"{_name}_")
-    _f, _r, _i = _binary(_op)
-    setattr(Variable, f"__{_name}__", _f)
-    setattr(Variable, f"__r{_name}__", _r)
-    setattr(Variable, f"__i{_name}__", _i)
-for _name in ("lt", "le", "gt", "ge"):
-    setattr(Variable, f"__{_name}__", _binary(getattr(operator, _name))[0])
-for _name in ("neg", "pos", "abs", "invert"):
-    setattr(Variable, f"__{_name}__", (lambda op: lambda self: op(self._value))(getattr(operator, _name)))
-
-
-class _Aux:
-    """Pytree aux data of a Variable: compared and hashed by its metadata key only."""
-
-    __slots__ = ("key", "meta")
-
-    def __init__(self, key: tuple[Any, ...], meta: dict[str, Any]):
-        self.key = key
-        self.meta = meta
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Aux) and other.key == self.key
-
-    def __hash__(self) -> int:
-        return hash(self.key)
-
-    def __repr__(self) -> str:
-        return repr(self.meta)
-
-
-def _register_pytree(cls: type[Variable]) -> None:
-    key = jax.tree_util.GetAttrKey("value")
-
-    def flatten_with_keys(v: Variable) -> tuple[tuple[tuple[Any, Any], ...], _Aux]:
-        return ((key, v._value),), _Aux(v.meta_key(), v._meta)
-
-    def flatten(v: Variable) -> tuple[tuple[Any], _Aux]:
-        return (v._value,), _Aux(v.meta_key(), v._meta)
-
-    def unflatten(aux: _Aux, children: Any) -> Variable:
-        new = object.__new__(cls)
-        _set_value_slot(new, children[0])
-        _set_meta_slot(new, dict(aux.meta))
-        _set_meta_key_slot(new, aux.key)
-        _set_trace_slot(new, current_trace())
-        return new
-
-    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
-
-
-# -- the kind name <-> type table ----------------------------------------------------------------
-def _auto_name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _register_auto(cls: type[Variable]) -> None:
-    name = _auto_name(cls)
-    if name in _NAME_TO_TYPE and name not in _AUTO_NAMES:
-        return  # an explicit registration owns this name; the class stays unnamed until registered
-    old = _NAME_TO_TYPE.get(name)
-    if old is not None:
-        _TYPE_TO_NAME.pop(old, None)
-    _NAME_TO_TYPE[name] = cls
-    _TYPE_TO_NAME[cls] = name
-    _AUTO_NAMES.add(name)
 
 
 def register_variable_type(cls: type[Variable], name: str) -> type[Variable]:
@@ -400,80 +551,16 @@ def register_variable_type(cls: type[Variable], name: str) -> type[Variable]:
         )
     if not isinstance(name, str) or not name:
         raise TypeError(f"A Variable kind name must be a non-empty string, got {name!r}.")
-    holder = _NAME_TO_TYPE.get(name)
-    # the same class defined again (a module reloaded or imported twice, a notebook cell
-    # re-run) takes the name over; a different class is an error
-    redefined = holder is not None and _auto_name(holder) == _auto_name(cls)
-    if holder is not None and holder is not cls and name not in _AUTO_NAMES and not redefined:
-        raise ValueError(
-            f"Variable kind name {name!r} is already registered to "
-            f"{_auto_name(holder)}; cannot also register {_auto_name(cls)}. "
-            "Choose a namespaced name such as 'mypackage.MyKind'."
-        )
-    current = _TYPE_TO_NAME.get(cls)
-    if current == name and name not in _AUTO_NAMES:
-        return cls
-    if current is not None and current != name:
-        if current not in _AUTO_NAMES:
-            raise ValueError(
-                f"{_auto_name(cls)} is already registered as {current!r}; "
-                f"it cannot also be registered as {name!r}."
-            )
-        del _NAME_TO_TYPE[current]
-        _AUTO_NAMES.discard(current)
-    if holder is not None and holder is not cls:
-        _TYPE_TO_NAME.pop(holder, None)
-    _AUTO_NAMES.discard(name)
-    _NAME_TO_TYPE[name] = cls
-    _TYPE_TO_NAME[cls] = name
+    register_name(cls, name)
     return cls
 
 
-def variable_type(name: str) -> type[Variable]:
-    """Return the Variable kind registered under ``name``.
-
-    Example:
-        >>> import nnx_core as nnx
-        >>> nnx.variable_type("Param") is nnx.Param
-        True
-
-    Raises:
-        KeyError: no kind has that name; the message lists the registered names.
-    """
-    try:
-        return _NAME_TO_TYPE[name]
-    except KeyError:
-        known = ", ".join(sorted(n for n in _NAME_TO_TYPE if n not in _AUTO_NAMES))
-        raise KeyError(
-            f"No Variable kind is registered as {name!r}. Registered kinds: {known}. "
-            "A plugin's kinds are registered when nnx_plugins loads them."
-        ) from None
-
-
-def variable_name(cls: type[Variable]) -> str:
-    """Return the registered name of the Variable kind ``cls``.
-
-    Example:
-        >>> import nnx_core as nnx
-        >>> nnx.variable_name(nnx.BatchStat)
-        'BatchStat'
-    """
-    try:
-        return _TYPE_TO_NAME[cls]
-    except KeyError:
-        raise KeyError(f"{cls!r} is not a registered Variable kind.") from None
-
-
-def registered_variable_types() -> dict[str, type[Variable]]:
-    """All registered kinds by name (explicit and automatic names)."""
-    return dict(_NAME_TO_TYPE)
-
-
-_register_pytree(Variable)
+install_operators(Variable)
+register_pytree(Variable)
 register_variable_type(Variable, "Variable")
 
 
-class Param(Variable, kind="Param"):
+class Param(Variable[A], kind="Param"):
     """A trainable parameter: what ``grad`` and ``Optimizer`` act on by default.
 
     Example:
@@ -484,7 +571,7 @@ class Param(Variable, kind="Param"):
     """
 
 
-class BatchStat(Variable, kind="BatchStat"):
+class BatchStat(Variable[A], kind="BatchStat"):
     """A statistic updated during training (e.g. BatchNorm running mean), not by gradients.
 
     Example:
@@ -495,7 +582,7 @@ class BatchStat(Variable, kind="BatchStat"):
     """
 
 
-class Cache(Variable, kind="Cache"):
+class Cache(Variable[A], kind="Cache"):
     """Values cached between calls (e.g. attention key/value caches).
 
     Example:
@@ -506,7 +593,7 @@ class Cache(Variable, kind="Cache"):
     """
 
 
-class Intermediate(Variable, kind="Intermediate"):
+class Intermediate(Variable[A], kind="Intermediate"):
     """Values recorded with ``Module.sow`` for inspection.
 
     Example:
@@ -514,3 +601,16 @@ class Intermediate(Variable, kind="Intermediate"):
         >>> Intermediate(()).value
         ()
     """
+
+
+class Perturbation(Intermediate[A], kind="Perturbation"):
+    """A zero added to an intermediate value by ``Module.perturb``, whose gradient is the
+    gradient with respect to that value.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from nnx_core import Intermediate, Perturbation
+        >>> isinstance(Perturbation(jnp.zeros(2)), Intermediate)
+        True
+    """
+

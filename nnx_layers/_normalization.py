@@ -1,11 +1,11 @@
 """Normalization layers: `BatchNorm`, `LayerNorm` and `RMSNorm`.
 
 Statistics are computed in at least float32 (``float32`` for ``bfloat16``/``float16`` inputs);
-the output dtype is ``dtype`` if given, else the promotion of the input and the parameters.
+the output dtype is ``dtype`` if given, else the promotion of the input and the parameters
+(see `nnx_layers._norm_stats`).
 """
 
 from collections.abc import Mapping, Sequence
-from numbers import Real
 from types import MappingProxyType
 from typing import Any
 
@@ -25,105 +25,19 @@ from ._checks import (
     metadata,
     promote_dtype,
 )
+from ._norm_stats import (
+    affine_params,
+    check_epsilon,
+    mean_square,
+    moments,
+    normalize,
+    param_value,
+)
 from .initializers import Initializer
 
 __all__ = ["BatchNorm", "LayerNorm", "RMSNorm"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
-
-
-def _square(x: jax.Array) -> jax.Array:
-    return (x * jnp.conj(x)).real if jnp.iscomplexobj(x) else jnp.square(x)
-
-
-def _stats_input(x: jax.Array, module: Any) -> jax.Array:
-    """``x`` in the statistics dtype: the computation dtype, at least float32."""
-    dtype = x.dtype if module.dtype is None else module.dtype
-    return jnp.asarray(x, jnp.promote_types(dtype, jnp.float32))
-
-
-def _all_mean(value: Any, module: Any) -> Any:
-    """Average ``value`` over ``module.axis_name`` (a no-op without one)."""
-    if module.axis_name is None:
-        return value
-    return jax.lax.pmean(value, module.axis_name, axis_index_groups=module.axis_index_groups)
-
-
-def _moments(
-    x: jax.Array, axes: tuple[int, ...], *, module: Any, mask: jax.Array | None
-) -> tuple[jax.Array, jax.Array]:
-    """Mean and variance of ``x`` over ``axes`` (and over ``module.axis_name``)."""
-    x = _stats_input(x, module)
-    if module.use_fast_variance:
-        mean, mean2 = _all_mean(
-            (jnp.mean(x, axes, where=mask), jnp.mean(_square(x), axes, where=mask)), module
-        )
-        return mean, jnp.maximum(0.0, mean2 - _square(mean))
-    mean = _all_mean(jnp.mean(x, axes, where=mask), module)
-    centered = x - jnp.expand_dims(mean, axes)
-    return mean, _all_mean(jnp.mean(_square(centered), axes, where=mask), module)
-
-
-def _mean_square(
-    x: jax.Array, axes: tuple[int, ...], *, module: Any, mask: jax.Array | None
-) -> jax.Array:
-    """Mean of ``x**2`` over ``axes`` (and over ``module.axis_name``)."""
-    return _all_mean(jnp.mean(_square(_stats_input(x, module)), axes, where=mask), module)
-
-
-def _normalize(
-    x: jax.Array,
-    mean: jax.Array | None,
-    var: jax.Array,
-    *,
-    scale: jax.Array | None,
-    bias: jax.Array | None,
-    module: Any,
-    axes: tuple[tuple[int, ...], tuple[int, ...]],
-) -> jax.Array:
-    """``(x - mean) * rsqrt(var + epsilon) * scale + bias``, cast to the output dtype.
-
-    ``axes`` is ``(reduction_axes, feature_axes)``; ``x``, ``scale`` and ``bias`` have already
-    been promoted to a common dtype, which is the output dtype unless ``module.dtype`` is set.
-    """
-    reduction_axes, feature_axes = axes
-    stats_shape = [1 if a in reduction_axes else d for a, d in enumerate(x.shape)]
-    feature_shape = [d if a in feature_axes else 1 for a, d in enumerate(x.shape)]
-    y = x if mean is None else x - mean.reshape(stats_shape)
-    multiplier = jax.lax.rsqrt(var.reshape(stats_shape) + module.epsilon)
-    if scale is not None:
-        multiplier = multiplier * scale.reshape(feature_shape)
-    y = y * multiplier
-    if bias is not None:
-        y = y + bias.reshape(feature_shape)
-    return jnp.asarray(y, x.dtype if module.dtype is None else module.dtype)
-
-
-def _value(variable: Any) -> jax.Array | None:
-    return None if variable is None else variable.value
-
-
-def _affine_params(
-    module: Any, rngs: Rngs, shape: tuple[int, ...], *, use_bias: bool, use_scale: bool
-) -> tuple[Param | None, Param | None]:
-    """Create the ``(scale, bias)`` Params (``None`` when disabled) with their metadata."""
-    scale = bias = None
-    if use_scale:
-        value = module.scale_init(rngs.params(), shape, module.param_dtype)
-        scale = Param(value, **module.scale_metadata)
-    if use_bias:
-        value = module.bias_init(rngs.params(), shape, module.param_dtype)
-        bias = Param(value, **module.bias_metadata)
-    return scale, bias
-
-
-def _check_epsilon(layer: str, epsilon: Any) -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, Real) or epsilon < 0:
-        raise ValueError(
-            f"{layer} epsilon must be a non-negative number, got {epsilon!r}. "
-            f"Pass e.g. epsilon=1e-5."
-        )
-    return float(epsilon)
 
 
 class BatchNorm(Module):
@@ -195,7 +109,7 @@ class BatchNorm(Module):
         self.use_running_average = use_running_average
         self.axis = frozen(axis)
         self.momentum = momentum
-        self.epsilon = _check_epsilon("BatchNorm", epsilon)
+        self.epsilon = check_epsilon("BatchNorm", epsilon)
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.use_bias = use_bias
@@ -210,7 +124,7 @@ class BatchNorm(Module):
         shape = (num_features,)
         self.mean = BatchStat(jnp.zeros(shape, jnp.float32))
         self.var = BatchStat(jnp.ones(shape, jnp.float32))
-        self.scale, self.bias = _affine_params(
+        self.scale, self.bias = affine_params(
             self, rngs, shape, use_bias=use_bias, use_scale=use_scale
         )
 
@@ -238,13 +152,13 @@ class BatchNorm(Module):
         check_feature_size("BatchNorm", x, feature_axes, self.num_features)
         reduction_axes = tuple(a for a in range(x.ndim) if a not in feature_axes)
         x, mean, var, scale, bias = promote_dtype(
-            (x, self.mean.value, self.var.value, _value(self.scale), _value(self.bias)),
+            (x, self.mean.value, self.var.value, param_value(self.scale), param_value(self.bias)),
             dtype=self.dtype,
         )
         if not use_running_average:
-            mean, var = _moments(x, reduction_axes, module=self, mask=mask)
+            mean, var = moments(x, reduction_axes, module=self, mask=mask)
             self._update_running(mean, var)
-        return _normalize(
+        return normalize(
             x, mean, var, scale=scale, bias=bias, module=self, axes=(reduction_axes, feature_axes)
         )
 
@@ -311,7 +225,7 @@ class LayerNorm(Module):
         scale_metadata: Mapping[str, Any] = _EMPTY,
     ):
         self.num_features = check_positive_int("LayerNorm", "num_features", num_features)
-        self.epsilon = _check_epsilon("LayerNorm", epsilon)
+        self.epsilon = check_epsilon("LayerNorm", epsilon)
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.use_bias = use_bias
@@ -326,7 +240,7 @@ class LayerNorm(Module):
         self.bias_metadata = metadata(bias_metadata)
         self.scale_metadata = metadata(scale_metadata)
         shape = (num_features,)
-        self.scale, self.bias = _affine_params(
+        self.scale, self.bias = affine_params(
             self, rngs, shape, use_bias=use_bias, use_scale=use_scale
         )
 
@@ -336,9 +250,11 @@ class LayerNorm(Module):
         reduction_axes = canonical_axes("LayerNorm", self.reduction_axes, x.ndim)
         feature_axes = canonical_axes("LayerNorm", self.feature_axes, x.ndim)
         check_feature_size("LayerNorm", x, feature_axes, self.num_features)
-        x, scale, bias = promote_dtype((x, _value(self.scale), _value(self.bias)), dtype=self.dtype)
-        mean, var = _moments(x, reduction_axes, module=self, mask=mask)
-        return _normalize(
+        x, scale, bias = promote_dtype(
+            (x, param_value(self.scale), param_value(self.bias)), dtype=self.dtype
+        )
+        mean, var = moments(x, reduction_axes, module=self, mask=mask)
+        return normalize(
             x, mean, var, scale=scale, bias=bias, module=self, axes=(reduction_axes, feature_axes)
         )
 
@@ -392,7 +308,7 @@ class RMSNorm(Module):
         scale_metadata: Mapping[str, Any] = _EMPTY,
     ):
         self.num_features = check_positive_int("RMSNorm", "num_features", num_features)
-        self.epsilon = _check_epsilon("RMSNorm", epsilon)
+        self.epsilon = check_epsilon("RMSNorm", epsilon)
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.use_scale = use_scale
@@ -414,12 +330,12 @@ class RMSNorm(Module):
         reduction_axes = canonical_axes("RMSNorm", self.reduction_axes, x.ndim)
         feature_axes = canonical_axes("RMSNorm", self.feature_axes, x.ndim)
         check_feature_size("RMSNorm", x, feature_axes, self.num_features)
-        x, scale = promote_dtype((x, _value(self.scale)), dtype=self.dtype)
-        mean_square = _mean_square(x, reduction_axes, module=self, mask=mask)
-        return _normalize(
+        x, scale = promote_dtype((x, param_value(self.scale)), dtype=self.dtype)
+        mean_sq = mean_square(x, reduction_axes, module=self, mask=mask)
+        return normalize(
             x,
             None,
-            mean_square,
+            mean_sq,
             scale=scale,
             bias=None,
             module=self,

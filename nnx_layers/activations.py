@@ -14,8 +14,9 @@ Example:
 """
 
 import difflib
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from numbers import Integral
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +42,12 @@ __all__ = [
     "soft_sign",
     "glu",
     "identity",
+    "hard_silu",
+    "hard_swish",
+    "logsumexp",
+    "one_hot",
+    "standardize",
+    "normalize",
     "get",
     "name_of",
     "names",
@@ -285,6 +292,170 @@ def identity(x: jax.Array) -> jax.Array:
         Array([1.], dtype=float32)
     """
     return x
+
+
+def hard_silu(x: jax.Array) -> jax.Array:
+    """Piecewise-linear SiLU ``x * hard_sigmoid(x) = x * relu6(x + 3) / 6``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from nnx_layers import hard_silu
+        >>> hard_silu(jnp.array([-4.0, 0.0, 3.0]))
+        Array([-0.,  0.,  3.], dtype=float32)
+    """
+    return jax.nn.hard_silu(x)
+
+
+def hard_swish(x: jax.Array) -> jax.Array:
+    """Hard swish, the same function as `hard_silu`: ``x * relu6(x + 3) / 6``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from nnx_layers import hard_swish
+        >>> hard_swish(jnp.array([-4.0, 0.0, 3.0]))
+        Array([-0.,  0.,  3.], dtype=float32)
+    """
+    return jax.nn.hard_silu(x)
+
+
+def logsumexp(
+    a: jax.Array,
+    axis: int | Sequence[int] | None = None,
+    b: jax.Array | None = None,
+    keepdims: bool = False,
+    *,
+    return_sign: bool = False,
+    where: jax.Array | None = None,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """``log(sum(b * exp(a)))`` over ``axis`` (all axes when ``None``), computed stably.
+
+    Args:
+        a: the input.
+        axis: the axes to reduce; ``None`` reduces all of them.
+        b: optional weights, broadcastable to ``a``.
+        keepdims: keep the reduced axes with size 1.
+        return_sign: also return the sign of ``sum(b * exp(a))`` (for negative ``b``); the
+            first result is then ``log(abs(...))``.
+        where: optional boolean mask of the entries to include.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from nnx_layers import logsumexp
+        >>> logsumexp(jnp.zeros((2, 4)), axis=-1)  # log(4)
+        Array([1.3862944, 1.3862944], dtype=float32)
+        >>> logsumexp(jnp.zeros((2, 4))).shape
+        ()
+    """
+    axis = tuple(axis) if isinstance(axis, Sequence) else axis
+    return jax.nn.logsumexp(
+        a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign, where=where
+    )
+
+
+def one_hot(
+    x: jax.Array, num_classes: int, *, dtype: Any | None = None, axis: int = -1
+) -> jax.Array:
+    """Encode integer ids ``x`` as one-hot vectors of length ``num_classes`` along ``axis``.
+
+    Ids outside ``[0, num_classes)`` become all-zero vectors.
+
+    Args:
+        x: an integer array of class ids.
+        num_classes: the length of each one-hot vector.
+        dtype: the result's dtype; ``None`` gives the default float dtype (float32).
+        axis: where the new axis goes in the result.
+
+    Raises:
+        TypeError: ``x`` is not an integer array.
+        ValueError: ``num_classes`` is not a positive integer.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from nnx_layers import one_hot
+        >>> one_hot(jnp.array([0, 2, 5]), 3)
+        Array([[1., 0., 0.],
+               [0., 0., 1.],
+               [0., 0., 0.]], dtype=float32)
+    """
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.integer):
+        raise TypeError(
+            f"one_hot expects integer class ids, got dtype {x.dtype} with shape {x.shape}. "
+            f"Cast the ids first, e.g. x.astype(jnp.int32)."
+        )
+    if isinstance(num_classes, bool) or not isinstance(num_classes, Integral) or num_classes < 1:
+        raise ValueError(
+            f"one_hot num_classes must be a positive integer, got {num_classes!r}. "
+            f"Pass e.g. one_hot(x, num_classes=10)."
+        )
+    return jax.nn.one_hot(x, int(num_classes), dtype=dtype, axis=axis)
+
+
+def standardize(
+    x: jax.Array,
+    axis: int | Sequence[int] | None = -1,
+    mean: jax.Array | None = None,
+    variance: jax.Array | None = None,
+    epsilon: float = 1e-5,
+    *,
+    where: jax.Array | None = None,
+    algorithm: Literal["fast", "stable"] = "fast",
+) -> jax.Array:
+    """Shift and scale ``x`` to zero mean and unit variance over ``axis``.
+
+    ``(x - mean) / sqrt(variance + epsilon)``, with the statistics of ``x`` over ``axis``
+    unless ``mean`` / ``variance`` are given.
+
+    Args:
+        x: the input.
+        axis: the axes the statistics are taken over; ``None`` means all axes.
+        mean: use this mean instead of ``x``'s.
+        variance: use this variance instead of ``x``'s.
+        epsilon: added to the variance.
+        where: optional boolean mask of the entries that count in the statistics.
+        algorithm: ``"fast"`` computes the variance as ``mean(x**2) - mean(x)**2`` (clipped
+            at 0), ``"stable"`` as ``mean((x - mean(x))**2)``.
+
+    Raises:
+        ValueError: for an unknown ``algorithm``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from nnx_layers import standardize
+        >>> standardize(jnp.array([1.0, 3.0]), epsilon=0.0)
+        Array([-1.,  1.], dtype=float32)
+    """
+    if algorithm not in ("fast", "stable"):
+        raise ValueError(
+            f"standardize algorithm must be 'fast' or 'stable', got {algorithm!r}. "
+            f"Pass algorithm='stable' for the two-pass variance."
+        )
+    axis = tuple(axis) if isinstance(axis, Sequence) else axis
+    return jax.nn.standardize(
+        x, axis, mean=mean, variance=variance, epsilon=epsilon, where=where, algorithm=algorithm
+    )
+
+
+def normalize(
+    x: jax.Array,
+    axis: int | Sequence[int] | None = -1,
+    mean: jax.Array | None = None,
+    variance: jax.Array | None = None,
+    epsilon: float = 1e-5,
+    *,
+    where: jax.Array | None = None,
+    algorithm: Literal["fast", "stable"] = "fast",
+) -> jax.Array:
+    """The same function as `standardize` under flax.linen's older name.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from nnx_layers import normalize
+        >>> normalize(jnp.array([[1.0, 3.0], [0.0, 10.0]]), epsilon=0.0)
+        Array([[-1.,  1.],
+               [-1.,  1.]], dtype=float32)
+    """
+    return standardize(x, axis, mean, variance, epsilon, where=where, algorithm=algorithm)
 
 
 _TABLE: dict[str, Callable[..., Any]] = {

@@ -26,7 +26,7 @@ import dataclasses
 import difflib
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -66,8 +66,29 @@ __all__ = [
     "names",
 ]
 
-#: Anything called as ``init(key, shape, dtype)`` and returning an array.
-Initializer = Callable[..., jax.Array]
+
+@runtime_checkable
+class Initializer(Protocol):
+    """The type of an initializer: anything called as ``init(key, shape, dtype)`` -> array.
+
+    Use it to annotate ``*_init`` arguments. Every initializer in this module satisfies it, and
+    so does any plain function with that call signature (e.g. ``jax.nn.initializers.ones``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from nnx_layers import Initializer, initializers
+        >>> def halves(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
+        ...     return jnp.full(shape, 0.5, dtype)
+        >>> isinstance(halves, Initializer), isinstance(initializers.zeros, Initializer)
+        (True, True)
+        >>> halves(jax.random.key(0), (2,))
+        Array([0.5, 0.5], dtype=float32)
+    """
+
+    def __call__(self, key: jax.Array, shape: Any, dtype: Any = ..., /) -> jax.Array:
+        """Return an array of ``shape`` and ``dtype`` drawn with ``key``."""
+        ...
+
 
 _MODES = ("fan_in", "fan_out", "fan_avg", "fan_geo_avg")
 _DISTRIBUTIONS = ("truncated_normal", "normal", "uniform")
@@ -315,6 +336,9 @@ class VarianceScaling(_Base):
 class Orthogonal(_Base):
     """Sample a (semi-)orthogonal matrix over ``column_axis`` and the flattened other axes.
 
+    Half-precision dtypes are sampled in float32 and cast (as flax.nnx's LSTMCell does for its
+    recurrent kernel), which also works where QR has no half-precision kernel (CPU).
+
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from nnx_layers.initializers import orthogonal
@@ -338,7 +362,9 @@ class Orthogonal(_Base):
         n_cols = shape[self.column_axis]
         n_rows = math.prod(shape) // n_cols
         wide = n_rows < n_cols
-        matrix = jax.random.normal(key, (n_cols, n_rows) if wide else (n_rows, n_cols), dtype)
+        # Half precision: sample and factorize in float32, then cast (CPU has no bf16 QR).
+        compute = jnp.promote_types(dtype, jnp.float32)
+        matrix = jax.random.normal(key, (n_cols, n_rows) if wide else (n_rows, n_cols), compute)
         q, r = jnp.linalg.qr(matrix)
         q = q * jnp.sign(jnp.diagonal(r))[None, :]
         if wide:
@@ -346,7 +372,7 @@ class Orthogonal(_Base):
         other = tuple(np.delete(np.array(shape), self.column_axis))
         q = jnp.reshape(q, other + (n_cols,))
         q = jnp.moveaxis(q, -1, self.column_axis)
-        return jnp.asarray(self.scale, dtype) * q
+        return (jnp.asarray(self.scale, compute) * q).astype(dtype)
 
 
 #: Initialize with zeros (an initializer, not a factory): ``bias_init=zeros``.

@@ -1,7 +1,9 @@
 """nnx_plugins: the plugin registry, validated model configs and the ``nnx`` command.
 
 Names are resolved lazily (module ``__getattr__``), so ``import nnx_plugins`` imports neither
-jax nor pydantic nor any plugin; the first use of a name imports what it needs.
+jax nor pydantic nor any plugin; the first use of a name imports what it needs. Once both
+nnx_core and nnx_plugins are in use, nnx_core knows a pack's Variable kinds by their
+entry-point names (``nnx_core.state(model, "acme.LoRAParam")``), whatever was imported first.
 
 Example:
     >>> import nnx_plugins
@@ -13,53 +15,56 @@ Example:
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    # errors
-    "PluginInfo": "._errors",
-    "PluginError": "._errors",
-    "PluginLoadError": "._errors",
-    "PluginNameError": "._errors",
-    "NameCollisionError": "._errors",
-    "UnknownNameError": "._errors",
-    "PluginSettingsError": "._errors",
-    "PluginWarning": "._errors",
+    # the root of every error below
+    "NnxError": "._errors",
+    # plugin errors
+    "PluginInfo": ".registry._errors",
+    "PluginError": ".registry._errors",
+    "PluginLoadError": ".registry._errors",
+    "PluginNameError": ".registry._errors",
+    "NameCollisionError": ".registry._errors",
+    "UnknownNameError": ".registry._errors",
+    "PluginSettingsError": ".registry._errors",
+    "PluginWarning": ".registry._errors",
     # hooks
-    "hookimpl": "._hookspecs",
-    "hookspec": "._hookspecs",
+    "hookimpl": ".registry._hookspecs",
+    "hookspec": ".registry._hookspecs",
     # registry
-    "Settings": "._discovery",
-    "Registry": "._registry",
-    "Provider": "._registry",
-    "default_registry": "._registry",
-    "set_default_registry": "._registry",
-    "get_layer": "._lookup",
-    "get_variable_type": "._lookup",
-    "load_variable_types": "._lookup",
+    "Settings": ".registry._discovery",
+    "Registry": ".registry._registry",
+    "Provider": ".registry._providers",
+    "default_registry": ".registry._registry",
+    "set_default_registry": ".registry._registry",
+    "get_layer": ".registry._lookup",
+    "get_variable_type": ".registry._lookup",
+    "load_variable_types": ".registry._lookup",
+    "register_layer": ".registry._inprocess",
+    "register_variable_kind": ".registry._inprocess",
     # configs
-    "ConfigError": "._config_errors",
-    "Problem": "._config_errors",
-    "Config": "._config",
-    "load_config": "._config",
-    "build": "._config",
-    "to_config": "._config",
-    "register_section": "._config_sections",
-    "config_schema": "._config_schema",
-    "layer_spec": "._config_fields",
-    "LayerSpec": "._config_fields",
-    # containers
-    "Residual": "._containers",
-    "Parallel": "._containers",
+    "ConfigError": ".config._errors",
+    "Problem": ".config._errors",
+    "Config": ".config._load",
+    "load_config": ".config._load",
+    "build": ".config._build",
+    "to_config": ".config._build",
+    "register_section": ".config._sections",
+    "config_schema": ".config._schema",
+    "layer_spec": ".config._fields",
+    "LayerSpec": ".config._fields",
     # training and checkpoints
-    "save": "._checkpoint",
-    "load": "._checkpoint_load",
-    "read_manifest": "._checkpoint_load",
-    "CheckpointError": "._checkpoint",
-    "train": "._train",
-    "evaluate": "._train",
-    "TrainResult": "._train",
-    "load_train_config": "._train_config",
+    "save": ".training._checkpoint",
+    "load": ".training._checkpoint_load",
+    "read_manifest": ".training._checkpoint_manifest",
+    "CheckpointError": ".training._checkpoint",
+    "train": ".training._loop",
+    "evaluate": ".training._loop",
+    "TrainResult": ".training._loop",
+    "load_train_config": ".training._config",
+    "DataError": ".training._data",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -72,7 +77,16 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'nnx_plugins' has no attribute {name!r}") from None
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
+    _install_kind_resolver()
     return value
+
+
+def _install_kind_resolver() -> None:
+    if "nnx_core" in sys.modules:  # (else nothing to do: importing it would import jax)
+        importlib.import_module(".registry._registry", __name__).install_kind_resolver()
+
+
+_install_kind_resolver()
 
 
 def __dir__() -> list[str]:
@@ -80,41 +94,43 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from ._checkpoint import CheckpointError as CheckpointError
-    from ._checkpoint import save as save
-    from ._checkpoint_load import load as load
-    from ._checkpoint_load import read_manifest as read_manifest
-    from ._config import Config as Config
-    from ._config import build as build
-    from ._config import load_config as load_config
-    from ._config import to_config as to_config
-    from ._config_errors import ConfigError as ConfigError
-    from ._config_errors import Problem as Problem
-    from ._config_fields import LayerSpec as LayerSpec
-    from ._config_fields import layer_spec as layer_spec
-    from ._config_schema import config_schema as config_schema
-    from ._config_sections import register_section as register_section
-    from ._containers import Parallel as Parallel
-    from ._containers import Residual as Residual
-    from ._discovery import Settings as Settings
-    from ._errors import NameCollisionError as NameCollisionError
-    from ._errors import PluginError as PluginError
-    from ._errors import PluginInfo as PluginInfo
-    from ._errors import PluginLoadError as PluginLoadError
-    from ._errors import PluginNameError as PluginNameError
-    from ._errors import PluginSettingsError as PluginSettingsError
-    from ._errors import PluginWarning as PluginWarning
-    from ._errors import UnknownNameError as UnknownNameError
-    from ._hookspecs import hookimpl as hookimpl
-    from ._hookspecs import hookspec as hookspec
-    from ._lookup import get_layer as get_layer
-    from ._lookup import get_variable_type as get_variable_type
-    from ._lookup import load_variable_types as load_variable_types
-    from ._registry import Provider as Provider
-    from ._registry import Registry as Registry
-    from ._registry import default_registry as default_registry
-    from ._registry import set_default_registry as set_default_registry
-    from ._train import TrainResult as TrainResult
-    from ._train import evaluate as evaluate
-    from ._train import train as train
-    from ._train_config import load_train_config as load_train_config
+    from ._errors import NnxError as NnxError
+    from .config._build import build as build
+    from .config._build import to_config as to_config
+    from .config._errors import ConfigError as ConfigError
+    from .config._errors import Problem as Problem
+    from .config._fields import LayerSpec as LayerSpec
+    from .config._fields import layer_spec as layer_spec
+    from .config._load import Config as Config
+    from .config._load import load_config as load_config
+    from .config._schema import config_schema as config_schema
+    from .config._sections import register_section as register_section
+    from .registry._discovery import Settings as Settings
+    from .registry._errors import NameCollisionError as NameCollisionError
+    from .registry._errors import PluginError as PluginError
+    from .registry._errors import PluginInfo as PluginInfo
+    from .registry._errors import PluginLoadError as PluginLoadError
+    from .registry._errors import PluginNameError as PluginNameError
+    from .registry._errors import PluginSettingsError as PluginSettingsError
+    from .registry._errors import PluginWarning as PluginWarning
+    from .registry._errors import UnknownNameError as UnknownNameError
+    from .registry._hookspecs import hookimpl as hookimpl
+    from .registry._hookspecs import hookspec as hookspec
+    from .registry._inprocess import register_layer as register_layer
+    from .registry._inprocess import register_variable_kind as register_variable_kind
+    from .registry._lookup import get_layer as get_layer
+    from .registry._lookup import get_variable_type as get_variable_type
+    from .registry._lookup import load_variable_types as load_variable_types
+    from .registry._providers import Provider as Provider
+    from .registry._registry import Registry as Registry
+    from .registry._registry import default_registry as default_registry
+    from .registry._registry import set_default_registry as set_default_registry
+    from .training._checkpoint import CheckpointError as CheckpointError
+    from .training._checkpoint import save as save
+    from .training._checkpoint_load import load as load
+    from .training._checkpoint_manifest import read_manifest as read_manifest
+    from .training._config import load_train_config as load_train_config
+    from .training._data import DataError as DataError
+    from .training._loop import TrainResult as TrainResult
+    from .training._loop import evaluate as evaluate
+    from .training._loop import train as train

@@ -1,86 +1,25 @@
-"""The plugin exceptions and warning: every one carries the distribution it concerns.
+"""`NnxError`: the one root of nnx_plugins' errors (plugins, configs, checkpoints, data).
+
+Catch it to handle anything the registry, a config, a checkpoint or a dataset can refuse:
 
 Example:
-    >>> from nnx_plugins import PluginError, PluginInfo
-    >>> error = PluginError("broken", plugin=PluginInfo("acme-layers", "0.1.0"))
-    >>> str(error.plugin)
-    'acme-layers 0.1.0'
+    >>> import nnx_plugins
+    >>> from nnx_plugins import NnxError
+    >>> try:
+    ...     nnx_plugins.load_config({"model": {"type": "Linaer"}})
+    ... except NnxError as error:
+    ...     print(type(error).__name__)
+    ConfigError
+    >>> [issubclass(nnx_plugins.__getattr__(name), NnxError)
+    ...  for name in ("PluginError", "ConfigError", "CheckpointError", "DataError")]
+    [True, True, True, True]
 """
 
 from __future__ import annotations
 
-import dataclasses
-
-__all__ = [
-    "PluginInfo",
-    "PluginError",
-    "PluginLoadError",
-    "PluginNameError",
-    "NameCollisionError",
-    "UnknownNameError",
-    "PluginSettingsError",
-    "PluginWarning",
-]
+__all__ = ["NnxError"]
 
 
-@dataclasses.dataclass(frozen=True)
-class PluginInfo:
-    """A distribution (an installed package) that provides names.
-
-    Example:
-        >>> from nnx_plugins import PluginInfo
-        >>> PluginInfo("acme-layers", "0.1.0")
-        PluginInfo(distribution='acme-layers', version='0.1.0')
-    """
-
-    distribution: str
-    version: str
-
-    def __str__(self) -> str:
-        return f"{self.distribution} {self.version}"
-
-
-class PluginError(Exception):
-    """Base of every plugin error; ``.plugin`` is the distribution concerned (or ``None``).
-
-    Example:
-        >>> from nnx_plugins import PluginError, PluginLoadError
-        >>> issubclass(PluginLoadError, PluginError)
-        True
-    """
-
-    def __init__(self, message: str, *, plugin: PluginInfo | None = None):
-        super().__init__(message)
-        self.plugin = plugin
-
-
-class PluginLoadError(PluginError):
-    """A plugin's module could not be imported, or its object or hooks were invalid."""
-
-
-class PluginNameError(PluginError):
-    """A distribution provides a name that breaks the naming rules (e.g. not namespaced)."""
-
-
-class NameCollisionError(PluginError):
-    """Two distributions provide the same name; ``.providers`` lists them all."""
-
-    def __init__(self, message: str, *, providers: tuple[PluginInfo, ...]):
-        super().__init__(message, plugin=providers[0] if providers else None)
-        self.providers = providers
-
-
-class UnknownNameError(PluginError):
-    """No installed distribution provides the name; ``.suggestions`` holds close matches."""
-
-    def __init__(self, message: str, *, suggestions: tuple[str, ...] = ()):
-        super().__init__(message, plugin=None)
-        self.suggestions = suggestions
-
-
-class PluginSettingsError(PluginError):
-    """An ``NNX_*`` environment variable or a ``plugins:`` config section is malformed."""
-
-
-class PluginWarning(UserWarning):
-    """Emitted once per distribution whose plugin failed to load (outside strict mode)."""
+class NnxError(Exception):
+    """Base class of every error nnx_plugins raises on purpose: a bad plugin, config,
+    checkpoint or dataset. Its message says what, where, what was received and how to fix it."""

@@ -26,13 +26,17 @@ from collections.abc import Iterable, Iterator, Mapping
 from importlib.metadata import EntryPoint
 from typing import Any
 
+import jax
 import pytest
 
-from ._config import build, load_config, to_config
-from ._config_fields import LayerSpec, layer_spec
-from ._config_schema import config_schema
-from ._discovery import Settings, check_name
-from ._registry import Registry, default_registry, set_default_registry
+import nnx_core
+
+from .config._build import build, to_config
+from .config._fields import LayerSpec, layer_spec
+from .config._load import load_config
+from .config._schema import config_schema
+from .registry._discovery import Settings, check_name
+from .registry._registry import Registry, default_registry, set_default_registry
 
 __all__ = [
     "FakeDistribution",
@@ -156,9 +160,6 @@ def check_layer(
     Raises:
         LayerCheckError: listing every failed check.
     """
-    import jax
-
-    import nnx_core
 
     registry = registry or default_registry()
     problems = _check_name(registry, "layer", name)
@@ -203,7 +204,6 @@ def check_variable_type(name: str, *, registry: Registry | None = None) -> type:
     Raises:
         LayerCheckError: listing every failed check.
     """
-    import nnx_core
 
     registry = registry or default_registry()
     problems = _check_name(registry, "variable", name)

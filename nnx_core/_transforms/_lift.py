@@ -164,12 +164,13 @@ class OutInfo:
 
 def collect(
     in_graphdef: GraphDef, in_values: Sequence[Any], roots: tuple[Any, ...], in_objs: dict[int, Any],
-    out: Any, *, return_all: bool = False,
+    out: Any, *, return_all: bool = False, plan_box: list[Plan] | None = None,
 ) -> tuple[OutInfo, list[Any], list[Any]]:
     """Inside a transform, after the user function: the values to hand out and how to apply them.
 
     Unchanged values are not returned (no output buffers, no copies) unless ``return_all``
     (needed when the inputs are donated, or when the transform maps or scans the state).
+    ``plan_box`` receives the Plan of the roots and new output nodes (for per-Variable specs).
     """
     out_leaves, out_treedef = tree_flatten(out, is_leaf=is_graph_root)
     reverse = {id(obj): i for i, obj in in_objs.items()}
@@ -189,6 +190,8 @@ def collect(
         else:
             out_others.append(x)
     plan = Plan(roots + tuple(new_nodes))
+    if plan_box is not None:
+        plan_box.append(plan)
     values = [v._value if isinstance(v, Variable) else v for v in plan.current_leaves()]
     # Same structure *and* every object still where it was (a swap of two equal-typed
     # submodules has an equal GraphDef but must move the caller's objects, not their values).

@@ -62,6 +62,11 @@ def paths(state):
         (nnx.Not(nnx.Any(nnx.Param, ...)), []),
         (nnx.Everything, ALL),
         (nnx.Nothing, []),
+        (nnx.Everything(), ALL),
+        (nnx.Nothing(), []),
+        (nnx.PathContains("su", exact=False), ["sub.k", "sub.n"]),
+        (nnx.PathContains("su"), []),
+        (nnx.PathContains(0, exact=False), ["layers[0]"]),
         (nnx.All(nnx.Variable, nnx.Not(nnx.Param), nnx.Not(nnx.BatchStat), nnx.Not(nnx.Cache)),
          ["sub.n"]),
     ],
@@ -224,3 +229,28 @@ def test_cached_partitions_follow_a_change_of_raw_array_type():
     assert paths(nnx.state(m, np.ndarray)) == ["raw"]
     m.raw = jax.numpy.arange(3)
     assert paths(nnx.state(m, np.ndarray)) == [] and paths(nnx.state(m, jax.Array)) == ["raw"]
+
+
+def test_everything_and_nothing_are_the_same_object_bare_or_called():
+    assert nnx.Everything() is nnx.Everything and nnx.Nothing() is nnx.Nothing
+    assert nnx.Everything((), None) is True and nnx.Nothing(("a",), 1) is False
+    assert nnx.to_predicate(nnx.Everything()) is nnx.Everything
+
+
+@pytest.mark.parametrize("constant", [nnx.Everything, nnx.Nothing])
+def test_constant_filters_take_no_or_two_arguments(constant):
+    with pytest.raises(TypeError, match=rf"{constant!r} is a filter: use it as {constant!r} or "
+                                        rf"{constant!r}\(\).*got 1 argument"):
+        constant(("path",))
+
+
+@pytest.mark.parametrize(
+    "filter_, expected",
+    [
+        (nnx.PathContains("a", exact=False), "PathContains(key='a', exact=False)"),
+        (nnx.Everything(), "Everything"),
+    ],
+)
+def test_new_filter_reprs(filter_, expected):
+    assert repr(filter_) == expected
+

@@ -105,10 +105,27 @@ def _keep_clone(m):
     return nnx.clone(m).w
 
 
+def _keep_get_value(m):
+    return m.w.get_value()
+
+
+def _keep_raw_value(m):
+    return m.w.get_raw_value()
+
+
+def _keep_module_leaves(m):
+    return jax.tree_util.tree_leaves(m)[2]  # Modules are pytrees: steps, b, w
+
+
+def _keep_mapped_module(m):
+    return jax.tree.map(lambda x: x, m).w
+
+
 @pytest.mark.parametrize(
     "keep",
     [_keep_value, _keep_item, _keep_asarray, _keep_leaves, _keep_pure_dict,
-     _keep_copied_variable, _keep_mapped_state, _keep_clone],
+     _keep_copied_variable, _keep_mapped_state, _keep_clone, _keep_get_value, _keep_raw_value,
+     _keep_module_leaves, _keep_mapped_module],
 )
 @pytest.mark.parametrize("warm", [False, True], ids=["first call", "steady state"])
 def test_an_array_the_user_kept_stays_valid_and_unchanged(keep, warm):
@@ -132,6 +149,31 @@ def test_a_holder_the_private_flag_cannot_see_is_caught_by_the_reference_count()
     assert m.w._private
     step(m, 1.0)
     assert not held.is_deleted() and held[0].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_reads_that_keep_no_reference_leave_the_value_private():
+    m, step = Net(), nnx.jit(train)
+    step(m, 1.0)
+    assert (m.w.shape, m.w.dtype, m.w.ndim, m.w.size, len(m.w)) == ((2, 3), jnp.float32, 2, 6, 2)
+    assert int(m.steps) == 1 and bool(m.steps) and float(m.steps) == 1.0
+    assert m.w._private and m.steps._private
+    before = pointer(m.w)
+    step(m, 1.0)
+    assert pointer(m.w) == before  # donated as it was: no copy
+    m.w.value  # noqa: B018 - a read that may keep the value
+    assert not m.w._private
+
+
+class _Flat(nnx.Variable[jax.Array]):
+    """Reads see the value flattened: shape and length come from get_value, not the raw slot."""
+
+    def get_value(self, *, index=nnx._variables.MISSING):
+        return super().get_value(index=index).reshape(-1)
+
+
+def test_shape_reads_of_a_kind_that_overrides_get_value_go_through_it():
+    v = _Flat(jnp.zeros((2, 3)))
+    assert (v.shape, v.ndim, len(v)) == ((6,), 1, 6) and v.get_raw_value().shape == (2, 3)
 
 
 def _device_put(x):

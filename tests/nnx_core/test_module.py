@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import pickle
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -308,3 +309,36 @@ def test_copy_is_shallow():
     m = Leaf(2)
     c = copy.copy(m)
     assert c is not m and c.w is m.w and c.n == 2
+
+
+# -- perturb ---------------------------------------------------------------------------------------
+class Perturbed(nnx.Module):
+    def __init__(self):
+        self.w = nnx.Param(jnp.array([1.0, 2.0]))
+
+    def __call__(self, x):
+        h = self.perturb("h", x * self.w.value)
+        return (h**2).sum()
+
+
+def test_perturb_gives_the_gradient_of_an_intermediate_value():
+    m = Perturbed()
+    assert float(m(jnp.ones(2))) == 5.0 and m.h.value.tolist() == [0.0, 0.0]
+    assert type(m.h) is nnx.Perturbation and isinstance(m.h, nnx.Intermediate)
+    grads = nnx.grad(lambda m: m(jnp.ones(2)), wrt=nnx.Perturbation)(m)
+    assert grads["h"].value.tolist() == [2.0, 4.0]  # d/dh sum(h**2) at h = x * w
+    m.h.value = jnp.array([1.0, 1.0])
+    assert float(m(jnp.ones(2))) == 13.0  # the stored perturbation is added
+
+
+def test_perturb_refuses_an_attribute_of_another_kind():
+    m = Perturbed()
+    m.h = nnx.Param(jnp.zeros(2))
+    with pytest.raises(TypeError, match="perturb: attribute 'h' of Perturbed holds a Param, not a "
+                                        "Perturbation"):
+        m(jnp.ones(2))
+
+
+def test_modules_are_pytrees():
+    assert isinstance(Leaf(1), nnx.Pytree)
+    assert len(jax.tree_util.tree_leaves(Leaf(3))) == 1

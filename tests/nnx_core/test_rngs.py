@@ -48,11 +48,89 @@ def test_keys_differ_per_call_and_are_reproducible():
     assert ka == [data(b.params()) for _ in range(3)]
 
 
-def test_split_draws_once():
+def test_stream_split_draws_once_into_a_new_stream_of_keys():
     stream = nnx.Rngs(0).default
-    keys = stream.split(4)
-    assert keys.shape == (4,) and int(stream.count.value) == 1
-    assert stream.split((2, 3)).shape == (2, 3)
+    split = stream.split(4)
+    assert isinstance(split, nnx.RngStream) and split.tag == "default"
+    assert split.key.shape == (4,) and split.count.value.tolist() == [0, 0, 0, 0]
+    assert int(stream.count.value) == 1
+    want = jax.random.split(jax.random.fold_in(jax.random.key(0), 0), 4)
+    assert data(split.key.value) == data(want)
+    assert stream.split((2, 3)).count.shape == (2, 3)
+
+
+def test_stream_fork_is_a_new_stream_seeded_by_one_draw():
+    stream = nnx.Rngs(params=0).params
+    stream()
+    forked = stream.fork()
+    assert forked is not stream and int(forked.count.value) == 0 and int(stream.count.value) == 2
+    assert data(forked.key.value) == expected(0, 1)
+    assert data(forked()) == data(jax.random.fold_in(jax.random.fold_in(jax.random.key(0), 1), 0))
+
+
+def test_rngs_fork_and_split_match_flax():
+    import flax.nnx as fnnx
+
+    ours, theirs = nnx.Rngs(params=0, dropout=1), fnnx.Rngs(params=0, dropout=1)
+    for a, b in ((ours.fork(), theirs.fork()), (ours.split(3), theirs.split(3))):
+        for name in ("params", "dropout"):
+            assert data(a[name].key.value) == data(b[name].key[...])
+            assert a[name].count.value.tolist() == b[name].count[...].tolist()
+    assert int(ours.params.count.value) == int(theirs.params.count[...]) == 2
+
+
+def test_rngs_split_per_filter_keeps_unmatched_streams_shared():
+    rngs = nnx.Rngs(params=0, dropout=1, noise=2)
+    out = rngs.split({"params": 4, nnx.Not(nnx.WithTag("dropout")): (2, 3)})
+    assert out.params.key.shape == (4,) and out.noise.key.shape == (2, 3)
+    assert out.dropout is rngs.dropout and int(rngs.dropout.count.value) == 0
+    assert out.split({"dropout": None}).params is out.params
+
+
+def test_rngs_fork_is_not_a_stream_lookup():
+    rngs = nnx.Rngs(0)
+    forked = rngs.fork()
+    assert isinstance(forked, nnx.Rngs) and forked is not rngs and list(forked) == ["default"]
+    assert len(forked) == 1 and [name for name, _ in forked.items()] == ["default"]
+    assert data(forked.default.key.value) == expected(0, 0)
+
+
+def test_counts_have_the_shape_of_the_keys():
+    rngs = nnx.Rngs(jax.random.split(jax.random.key(0), 3), params=nnx.Rngs(5).default)
+    assert rngs.default.count.shape == (3,) and rngs.params.count.shape == ()
+    assert data(rngs.params()) == expected(5, 0)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda r: r.params.split(0), TypeError, r"RngStream\.split: the number of splits must "
+                                                  r"be a positive int or a tuple of positive ints"),
+        (lambda r: r.split({"params": "x"}), TypeError, r"got 'x'"),
+        (lambda r: r.split(3).params(), ValueError,
+         r"Rng stream 'params' holds a batch of keys of shape \(3,\), so it cannot hand out one "
+         r"key\. Draw from it inside nnx_core\.vmap"),
+        (lambda r: r.params((2,)), TypeError,
+         r"Rng stream 'params' takes no arguments: calling it returns a new key\. For random "
+         r"values pass that key to jax\.random, e\.g\. jax\.random\.normal\(rngs\.params\(\), shape\)"),
+    ],
+)
+def test_stream_errors(call, error, match):
+    with pytest.raises(error, match=match):
+        call(nnx.Rngs(params=0))
+
+
+@pytest.mark.parametrize("name", ["fork", "split", "streams", "train", "_hidden"])
+def test_stream_names_that_are_rngs_attributes_are_rejected(name):
+    with pytest.raises(ValueError, match=rf"Rngs cannot have a stream named '{name}': that name "
+                                         r"is (an attribute of Rngs|private)\. Choose another name"):
+        nnx.Rngs(**{name: 0})
+
+
+def test_an_unknown_stream_suggests_close_names():
+    with pytest.raises(AttributeError, match=r"Rngs has no stream 'parms' .* Did you mean "
+                                             r"'params'\? Create it"):
+        nnx.Rngs(params=0, dropout=1)["parms"]
 
 
 def test_counts_and_keys_are_their_own_variable_kinds_and_state():

@@ -61,3 +61,14 @@ def test_create_sharded_spreads_a_model_over_four_devices():
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["4", "(2,", "4)", "496.0"]
+
+
+def test_flax_out_sharding_metadata_and_context_rules_are_used():
+    state = nnx.State({"w": nnx.Param(jnp.ones((4, 2)), out_sharding=("embed", None))})
+    assert nnx.get_partition_spec(state)["w"].value == P("embed", None)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("model",))
+    with nnx.logical_axis_rules({"embed": "model"}):
+        m = nnx.shard(M(), mesh)
+        created = nnx.create_sharded(M, mesh)
+    assert m.w.value.sharding.spec == P("model", None)
+    assert created.w.value.sharding.spec == P("model", None)

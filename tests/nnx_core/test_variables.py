@@ -1,5 +1,6 @@
-"""Variables: value access, array protocol and operators, metadata, repr, pytree, the kind table,
-copies, and TraceContextError for values traced outside their owner's trace."""
+"""Variables: value access (``.value``, ``[...]`` and flax.nnx's accessor API, overridable
+accessors), the array protocol, metadata, copies, repr, generic kinds, and TraceContextError for
+values traced outside their owner's trace."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import numpy as np
 import pytest
 
 import nnx_core as nnx
-from nnx_core import _variables
 
 from .corpus import Leaf
 
@@ -47,78 +47,6 @@ def test_variable_of_a_variable_takes_its_value():
     assert v.value is inner.value and v.metadata == {}
     v.value = nnx.Param(jnp.zeros(2))
     assert type(v.value) is not nnx.Param and v.value.tolist() == [0.0, 0.0]
-
-
-# -- operators ----------------------------------------------------------------------------------
-# Operators forward to the value whatever its type; numpy values keep these tables fast (every
-# new jnp op compiles), and test_jnp_operators checks the jax.Array path once.
-X = np.array([1.0, 2.0, 4.0], np.float32)
-INTS = np.array([6, 3, 5], np.int32)
-
-
-@pytest.mark.parametrize(
-    "op",
-    [operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
-     operator.mod, operator.pow, operator.lt, operator.le, operator.gt, operator.ge],
-)
-@pytest.mark.parametrize("other", [2.0, np.array([3.0, 1.0, 2.0], np.float32)])
-def test_binary_operators_forward_and_reflected(op, other):
-    v = nnx.Variable(X)
-    np.testing.assert_array_equal(op(v, other), op(X, other))
-    np.testing.assert_array_equal(op(other, v), op(other, X))
-    np.testing.assert_array_equal(op(v, nnx.Param(other)), op(X, other))
-
-
-@pytest.mark.parametrize(
-    "op", [operator.and_, operator.or_, operator.xor, operator.lshift, operator.rshift]
-)
-def test_integer_operators_forward_and_reflected(op):
-    v = nnx.Variable(INTS)
-    np.testing.assert_array_equal(op(v, 1), op(INTS, 1))
-    np.testing.assert_array_equal(op(2, v), op(2, INTS))
-
-
-def test_jnp_operators():
-    v = nnx.Param(jnp.array([1.0, 2.0]))
-    assert (v + 1).tolist() == [2.0, 3.0] and (1 - v).tolist() == [0.0, -1.0]
-    assert isinstance(v * 2, jax.Array) and isinstance(2 * v, jax.Array)
-    v -= 1.0
-    assert isinstance(v, nnx.Param) and v.value.tolist() == [0.0, 1.0]
-
-
-def test_matmul_forward_and_reflected():
-    m = np.arange(9.0, dtype=np.float32).reshape(3, 3)
-    v = nnx.Param(m)
-    np.testing.assert_array_equal(v @ X, m @ X)
-    np.testing.assert_array_equal(X @ v, X @ m)
-
-
-@pytest.mark.parametrize("op", [operator.neg, operator.pos, operator.abs])
-def test_unary_operators(op):
-    np.testing.assert_array_equal(op(nnx.Variable(-X)), op(-X))
-
-
-def test_invert():
-    np.testing.assert_array_equal(~nnx.Variable(INTS), ~INTS)
-
-
-@pytest.mark.parametrize(
-    "iop, op",
-    [(operator.iadd, operator.add), (operator.isub, operator.sub), (operator.imul, operator.mul),
-     (operator.itruediv, operator.truediv), (operator.ipow, operator.pow)],
-)
-def test_inplace_operators_keep_the_variable_and_its_kind(iop, op):
-    v = nnx.BatchStat(X, tag="t")
-    out = iop(v, 2.0)
-    assert out is v and type(v) is nnx.BatchStat and v.tag == "t"
-    np.testing.assert_array_equal(v.value, op(X, 2.0))
-
-
-def test_inplace_operator_on_a_module_attribute_keeps_the_same_variable():
-    leaf = Leaf(3)
-    w = leaf.w
-    leaf.w += 1.0
-    assert leaf.w is w and leaf.w.value.tolist() == [1.0, 2.0, 3.0]
 
 
 def test_array_protocol_and_jnp_functions():
@@ -229,164 +157,10 @@ def test_repr_of_a_deleted_scalar_shows_its_type():
     assert repr(v) == "Variable(float32[])"
 
 
-# -- pytree ---------------------------------------------------------------------------------------
-def test_variable_is_a_pytree_with_one_leaf():
-    v = nnx.Param(jnp.ones(2), a=1)
-    assert jax.tree_util.tree_leaves(v) == [v.value]
-    (path, _), = jax.tree_util.tree_leaves_with_path(v)
-    assert jax.tree_util.keystr(path) == ".value"
-    doubled = jax.tree.map(lambda x: x * 2, v)
-    assert type(doubled) is nnx.Param and doubled is not v and doubled.a == 1
-    assert v.value.tolist() == [1.0, 1.0]
-
-
-def test_treedef_equal_for_equal_kind_and_metadata():
-    td = jax.tree_util.tree_structure
-    assert td(nnx.Param(jnp.ones(1), a=1, b=2)) == td(nnx.Param(jnp.zeros(3), b=2, a=1))
-    assert td(nnx.Param(jnp.ones(1), a=1)) != td(nnx.Param(jnp.ones(1), a=2))
-    assert td(nnx.Param(jnp.ones(1))) != td(nnx.BatchStat(jnp.ones(1)))
-    # unhashable metadata compares by identity
-    names = ["x"]
-    assert td(nnx.Param(jnp.ones(1), n=names)) == td(nnx.Param(jnp.ones(1), n=names))
-
-
-def test_plain_jax_jit_accepts_variables():
-    out = jax.jit(lambda v: v.value * 2)(nnx.Param(jnp.ones(2)))
-    assert out.tolist() == [2.0, 2.0]
-
-
-# -- the kind name <-> type table ------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "name, cls",
-    [("Variable", nnx.Variable), ("Param", nnx.Param), ("BatchStat", nnx.BatchStat),
-     ("Cache", nnx.Cache), ("Intermediate", nnx.Intermediate), ("RngKey", nnx.RngKey),
-     ("RngCount", nnx.RngCount), ("OptState", nnx.OptState)],
-)
-def test_builtin_kind_names(name, cls):
-    assert nnx.variable_name(cls) == name
-    assert nnx.variable_type(name) is cls
-    assert nnx.registered_variable_types()[name] is cls
-
-
-def test_a_subclass_is_a_new_kind_with_an_automatic_name():
-    class AutoKind(nnx.Param):
-        pass
-
-    name = f"{__name__}.test_a_subclass_is_a_new_kind_with_an_automatic_name.<locals>.AutoKind"
-    assert nnx.variable_name(AutoKind) == name
-    assert nnx.variable_type(name) is AutoKind
-    v = AutoKind(jnp.ones(1))
-    assert isinstance(v, nnx.Param) and nnx.OfType(nnx.Param)((), v)
-
-
-def test_kind_class_keyword_gives_an_explicit_name():
-    class Lora(nnx.Param, kind="tests.variables.Lora"):
-        pass
-
-    assert nnx.variable_name(Lora) == "tests.variables.Lora"
-    assert nnx.variable_type("tests.variables.Lora") is Lora
-    assert nnx.register_variable_type(Lora, "tests.variables.Lora") is Lora  # same pair: no-op
-
-
-def test_explicit_registration_replaces_the_automatic_name():
-    class Later(nnx.Variable):
-        pass
-
-    auto = nnx.variable_name(Later)
-    assert nnx.register_variable_type(Later, "tests.variables.Later") is Later
-    assert nnx.variable_name(Later) == "tests.variables.Later"
-    with pytest.raises(KeyError, match="No Variable kind is registered as"):
-        nnx.variable_type(auto)
-
-
-def test_an_explicit_name_may_take_another_class_s_automatic_name():
-    class Holder(nnx.Variable):
-        pass
-
-    class Taker(nnx.Variable):
-        pass
-
-    auto = nnx.variable_name(Holder)
-    nnx.register_variable_type(Taker, auto)
-    assert nnx.variable_type(auto) is Taker
-    with pytest.raises(KeyError, match="is not a registered Variable kind"):
-        nnx.variable_name(Holder)
-
-
-def test_redefining_a_class_moves_its_automatic_name_to_the_new_class():
-    def define():
-        class Redefined(nnx.Variable):
-            pass
-
-        return Redefined
-
-    old, new = define(), define()
-    assert nnx.variable_type(nnx.variable_name(new)) is new
-    with pytest.raises(KeyError, match="Redefined'> is not a registered Variable kind"):
-        nnx.variable_name(old)
-
-
-def test_automatic_names_are_not_listed_as_known_kinds():
-    class Unlisted(nnx.Variable):
-        pass
-
-    with pytest.raises(KeyError) as info:
-        nnx.variable_type("tests.variables.nothing")
-    assert "Param" in str(info.value) and "Unlisted" not in str(info.value)
-
-
-class _Taken(nnx.Variable, kind="tests.variables.Taken"):
-    pass
-
-
-class _Other(nnx.Variable):
-    pass
-
-
-@pytest.mark.parametrize(
-    "register, error, match",
-    [
-        (lambda: nnx.register_variable_type(_Other, "tests.variables.Taken"), ValueError,
-         r"'tests.variables.Taken' is already registered to .*_Taken; cannot also register "
-         r".*_Other"),
-        (lambda: nnx.register_variable_type(_Taken, "tests.variables.Renamed"), ValueError,
-         r"_Taken is already registered as 'tests.variables.Taken'; it cannot also be "
-         r"registered as 'tests.variables.Renamed'"),
-        (lambda: nnx.register_variable_type(nnx.Param, "Weight"), ValueError,
-         "already registered as 'Param'"),
-        (lambda: nnx.register_variable_type(_Other, "Param"), ValueError,
-         "'Param' is already registered to nnx_core._variables.Param"),
-        (lambda: nnx.register_variable_type(int, "tests.int"), TypeError,
-         "expects a subclass of nnx_core.Variable, got <class 'int'>"),
-        (lambda: nnx.register_variable_type(_Other(1), "tests.inst"), TypeError,
-         "expects a subclass of nnx_core.Variable"),
-        (lambda: nnx.register_variable_type(_Other, ""), TypeError,
-         "must be a non-empty string, got ''"),
-        (lambda: nnx.register_variable_type(_Other, 3), TypeError,
-         "must be a non-empty string, got 3"),
-        (lambda: nnx.variable_type("tests.variables.Unknown"), KeyError,
-         r"No Variable kind is registered as 'tests.variables.Unknown'. Registered kinds: "
-         r"BatchStat, Cache, .*Param"),
-        (lambda: nnx.variable_name(int), KeyError, "<class 'int'> is not a registered"),
-    ],
-)
-def test_kind_table_errors(register, error, match):
-    with pytest.raises(error, match=match):
-        register()
-
-
-def test_kind_keyword_collision_fails_the_class_definition():
-    with pytest.raises(ValueError, match="'tests.variables.Taken' is already registered to"):
-
-        class Clash(nnx.Variable, kind="tests.variables.Taken"):
-            pass
-
-    assert nnx.variable_type("tests.variables.Taken") is _Taken
-
-
 # -- tracer safety --------------------------------------------------------------------------------
 OUTSIDE = nnx.Param(jnp.zeros(2))
 OUTSIDE_MODULE = Leaf(2)
+OUTSIDE_NUMPY = nnx.Variable(np.zeros(2, np.float32))
 
 
 def _sow(x):
@@ -399,6 +173,10 @@ def _sow(x):
         (lambda x: setattr(OUTSIDE, "value", x), r"Cannot set a traced value on Param\(float32\[2\]\)"),
         (lambda x: OUTSIDE.__setitem__(..., x), "created outside the JAX transform"),
         (lambda x: OUTSIDE.__setitem__(0, x[0]), "created outside the JAX transform"),
+        (lambda x: OUTSIDE.set_value(x), "created outside the JAX transform"),
+        (lambda x: OUTSIDE.set_raw_value(x), "created outside the JAX transform"),
+        (lambda x: OUTSIDE.copy_from(nnx.Param(x)), "created outside the JAX transform"),
+        (lambda x: OUTSIDE_NUMPY.set_value(x[0], index=0), "created outside the JAX transform"),
         (lambda x: operator.iadd(OUTSIDE, x), "created outside the JAX transform"),
         (lambda x: setattr(OUTSIDE_MODULE.w, "value", x), "Pass the Module that owns it"),
         (lambda x: setattr(OUTSIDE_MODULE, "raw", x), "Cannot set the traced value 'raw' on Leaf"),
@@ -452,23 +230,191 @@ def test_concrete_values_may_be_set_inside_a_trace():
     assert v.value.tolist() == [1.0, 1.0]
 
 
-def test_describe_helper_handles_non_arrays():
-    assert _variables._describe("text") == "'text'"
-    box = [1]
-    assert _variables.hashable(box) == _variables.hashable(box)
-    assert _variables.hashable(box) != _variables.hashable([1])
-    assert repr(_variables.hashable(box)) == "[1]"
+# -- flax.nnx's accessor API ----------------------------------------------------------------------
+def _accessor_script(mod):
+    """The same reads and writes through flax.nnx's accessor API, for both libraries."""
+    v = mod.Param(jnp.zeros(3))
+    out = []
+    v[...] = 1.0  # broadcast into the existing shape and dtype
+    out.append((v.get_value().tolist(), str(v.get_value().dtype)))
+    v[...] = jnp.array([1, 2, 3])  # an int array: the float32 dtype is kept
+    out.append((v.get_value().tolist(), str(v.get_value().dtype)))
+    v[1] = 7
+    out.append(v.get_value().tolist())
+    v.set_value(jnp.ones(2))  # no index: replaced, any shape
+    out.append((v.get_value().shape, v.get_value(index=0).tolist()))
+    n = mod.Variable(np.zeros(3))
+    n[1] = 5  # numpy values are assigned into in place
+    out.append(n.get_value().tolist())
+    p, q = mod.Param(jnp.ones(1), note="a"), mod.Param(jnp.zeros(1), note="b")
+    p.copy_from(q)
+    out.append((p.get_value().tolist(), p.get_metadata("note"), p.get_metadata("x", 3)))
+    out.append(p.replace(None).get_raw_value())  # None is a value, not "keep the old one"
+    return out
 
 
-def test_a_kind_class_defined_again_takes_its_name_over():
-    def define():
-        class Reloaded(nnx.Variable, kind="tests.variables.Reloaded"):
-            pass
+def test_accessor_api_matches_flax():
+    flax_nnx = pytest.importorskip("flax.nnx")
+    import warnings
 
-        return Reloaded
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        expected = _accessor_script(flax_nnx)
+    assert _accessor_script(nnx) == expected
 
-    old, new = define(), define()  # e.g. a reloaded module or a re-run notebook cell
-    assert nnx.variable_type("tests.variables.Reloaded") is new
-    assert nnx.variable_name(new) == "tests.variables.Reloaded"
-    with pytest.raises(KeyError, match="Reloaded'> is not a registered Variable kind"):
-        nnx.variable_name(old)
+
+def test_ellipsis_assignment_of_the_same_type_replaces_the_array():
+    v = nnx.Param(jnp.zeros(3))
+    new = jnp.ones(3)
+    v[...] = new
+    assert v.get_value() is new and v.get_raw_value() is new
+
+
+def test_set_value_by_index_into_a_value_without_item_assignment():
+    v = nnx.Intermediate((1, 2))
+    v[...] = (3,)  # a whole replacement is fine
+    assert v.value == (3,)
+    with pytest.raises(TypeError, match=r"Intermediate holds a tuple, which cannot be assigned "
+                                        r"into at index 0\. Replace the whole value instead"):
+        v[0] = 5
+
+
+class Doubled(nnx.Variable[jax.Array]):
+    """Stores twice what it was built with; reads add one; writes are clipped to [0, 10]."""
+
+    def create_value(self, value):
+        return value * 2
+
+    def get_value(self, *, index=nnx._variables.MISSING):
+        return super().get_value(index=index) + 1
+
+    def set_value(self, value, *, index=nnx._variables.MISSING):
+        super().set_value(jnp.clip(value, 0, 10), index=index)
+
+
+class HasDoubled(nnx.Module):
+    def __init__(self):
+        self.d = Doubled(jnp.array([1.0, 2.0]))
+
+
+def test_overridden_accessors_serve_every_user_read_and_write():
+    v = Doubled(jnp.array([1.0, 2.0]))
+    assert v.get_raw_value().tolist() == [2.0, 4.0]  # create_value ran once
+    assert v.value.tolist() == v[...].tolist() == [3.0, 5.0]
+    assert (v + 0).tolist() == [3.0, 5.0] and jnp.asarray(v).tolist() == [3.0, 5.0]
+    assert float(jnp.sum(v)) == 8.0 and v.shape == (2,)
+    v.value = jnp.array([20.0, -3.0])
+    assert v.get_raw_value().tolist() == [10.0, 0.0]
+    v.set_raw_value(jnp.array([20.0, -3.0]))
+    assert v.get_raw_value().tolist() == [20.0, -3.0]
+
+
+def test_graph_api_and_transforms_move_raw_values():
+    m = HasDoubled()
+    assert nnx.state(m)["d"].get_raw_value().tolist() == [2.0, 4.0]
+    nnx.update(m, {"d": jnp.array([50.0, 60.0])})  # raw: no clipping
+    assert m.d.get_raw_value().tolist() == [50.0, 60.0]
+    copy_ = nnx.merge(*nnx.split(m))
+    assert copy_.d.get_raw_value().tolist() == [50.0, 60.0]  # no second create_value
+    out = nnx.jit(lambda m: m.d.value)(m)  # the override runs inside the transform too
+    assert out.tolist() == [51.0, 61.0]
+
+
+def test_get_metadata_forms():
+    v = nnx.Param(1.0, note="x")
+    assert v.get_metadata() == {"note": "x"} and v.get_metadata("note") == "x"
+    assert v.get_metadata("lr", None) is None and v.get_metadata()["note"] == "x"
+    v.get_metadata()["note"] = "changed"  # a copy
+    assert v.note == "x"
+
+
+@pytest.mark.parametrize(
+    "action, error, match",
+    [
+        (lambda v: v.get_metadata("lr"), KeyError,
+         r"Param has no metadata 'lr'; metadata keys: \['note'\]\. Pass a default"),
+        (lambda v: v.get_metadata(default=1), TypeError,
+         r"get_metadata got default=1 but no name"),
+        (lambda v: v.set_metadata("a", 1, b=2), TypeError,
+         r"set_metadata takes keyword arguments or positional ones, not both"),
+        (lambda v: v.set_metadata(), TypeError,
+         r"set_metadata expects set_metadata\(key=value, \.\.\.\).*got the positional arguments \(\)"),
+        (lambda v: v.set_metadata(["a"]), TypeError, r"got the positional arguments \(\['a'\],\)"),
+        (lambda v: v.del_metadata("lr"), KeyError, r"Param has no metadata 'lr' to delete"),
+        (lambda v: v.copy_from(nnx.BatchStat(1.0)), ValueError,
+         r"copy_from: cannot copy a BatchStat into a Param; both must be the same kind"),
+        (lambda v: setattr(v, "__orig__", 1), AttributeError,
+         r"Param does not store the special attribute '__orig__'"),
+    ],
+)
+def test_accessor_errors(action, error, match):
+    with pytest.raises(error, match=match):
+        action(nnx.Param(1.0, note="x"))
+
+
+def test_set_has_and_del_metadata():
+    v = nnx.Param(1.0, a=1)
+    v.set_metadata("b", 2)
+    v.set_metadata(c=3)
+    assert v.metadata == {"a": 1, "b": 2, "c": 3} and v.has_metadata("b")
+    v.del_metadata("b")
+    assert not v.has_metadata("b")
+    v.set_metadata({"only": True})
+    assert v.metadata == {"only": True}
+
+
+def test_metadata_changes_are_structural():
+    m = HasDoubled()
+    before = nnx.graphdef(m)
+    m.d.set_metadata("sharding_names", ("x",))
+    assert nnx.graphdef(m) != before
+    m.d.del_metadata("sharding_names")
+    assert nnx.graphdef(m) == before
+
+
+def test_copy_from_update_from_state_and_from_metadata():
+    a, b = nnx.Param(jnp.ones(1), note="a"), nnx.Param(jnp.zeros(1), note="b")
+    a.copy_from(a)  # itself: nothing to do
+    a.copy_from(b)
+    assert a.value is b.value and a.metadata == {"note": "b"}
+    c = nnx.BatchStat(jnp.full(1, 5.0))
+    a.update_from_state(c)  # any kind: value and metadata
+    assert a.value is c.value and a.metadata == {} and type(a) is nnx.Param
+    made = Doubled.from_metadata(jnp.ones(1), {"k": 1})
+    assert made.get_raw_value().tolist() == [1.0] and made.k == 1  # no create_value
+    assert made.var_type is Doubled
+
+
+def test_replace_and_copy_take_a_value_and_metadata():
+    v = nnx.Param(jnp.ones(1), a=1)
+    assert v.copy(jnp.zeros(1), b=2).metadata == {"a": 1, "b": 2}
+    assert v.replace().value is v.value
+
+
+def test_variable_classes_are_generic():
+    class Count(nnx.Variable[nnx.A]):
+        pass
+
+    assert Count[jax.Array] is not Count and nnx.Param[jax.Array].__origin__ is nnx.Param
+    for cls in (nnx.Variable, nnx.Param, nnx.BatchStat, nnx.Cache, nnx.Intermediate,
+                nnx.Perturbation):
+        assert cls[int].__origin__ is cls
+    v = nnx.Param[jax.Array](jnp.ones(2))  # typing tries to set __orig_class__; it is refused
+    assert type(v) is nnx.Param and v.metadata == {}
+    assert isinstance(Count(jnp.ones(1)), nnx.Variable)
+
+
+@pytest.mark.parametrize(
+    "register, match",
+    [
+        (lambda: nnx.register_variable_type(int, "tests.int"),
+         "expects a subclass of nnx_core.Variable, got <class 'int'>"),
+        (lambda: nnx.register_variable_type(nnx.Param(1), "tests.inst"),
+         "expects a subclass of nnx_core.Variable"),
+        (lambda: nnx.register_variable_type(nnx.Cache, ""), "must be a non-empty string, got ''"),
+        (lambda: nnx.register_variable_type(nnx.Cache, 3), "must be a non-empty string, got 3"),
+    ],
+)
+def test_register_variable_type_checks_its_arguments(register, match):
+    with pytest.raises(TypeError, match=match):
+        register()

@@ -15,9 +15,13 @@ PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 def test_public_names():
-    entry_points = tomllib.loads(PYPROJECT.read_text())["project"]["entry-points"]["nnx.layers"]
+    groups = tomllib.loads(PYPROJECT.read_text())["project"]["entry-points"]
+    entry_points = groups["nnx.layers"]
     builtin = {name for name, target in entry_points.items() if target.startswith("nnx_layers:")}
-    assert set(nnx_layers.__all__) == builtin | {"initializers", "activations"}
+    kinds = {name for name, target in groups["nnx.variables"].items() if "nnx_layers" in target}
+    assert kinds == {"LoRAParam"}
+    others = {"initializers", "activations", "Initializer", "RNNCellBase"}  # (bases, not layers)
+    assert set(nnx_layers.__all__) == builtin | kinds | others
     for name, target in entry_points.items():
         if target.startswith("nnx_layers:"):
             assert getattr(nnx_layers, target.split(":")[1]) is not None, name
@@ -30,7 +34,15 @@ def test_every_public_name_has_a_docstring_example():
 
 
 def test_layer_constructors_take_keyword_only_rngs():
-    for name in ["Linear", "Embed", "Conv", "ConvTranspose", "BatchNorm", "LayerNorm", "RMSNorm"]:
+    for name in [
+        "Linear",
+        "Embed",
+        "Conv",
+        "ConvTranspose",
+        "BatchNorm",
+        "LayerNorm",
+        "RMSNorm",
+    ] + ["MultiHeadAttention", "LinearGeneral", "Einsum", "LoRA", "LoRALinear"]:
         parameters = inspect.signature(getattr(nnx_layers, name)).parameters
         assert parameters["rngs"].kind is inspect.Parameter.KEYWORD_ONLY, name
 
@@ -48,6 +60,12 @@ def test_every_constructor_argument_is_stored_under_its_name():
         nnx_layers.Dropout(0.5),
         nnx_layers.Sequential(nnx_layers.relu),
         nnx_layers.Flatten(),
+        nnx_layers.MultiHeadAttention(2, 4, kernel_init=zeros, rngs=Rngs(0)),
+        nnx_layers.LinearGeneral(2, (3, 2), kernel_init=zeros, rngs=Rngs(0)),
+        nnx_layers.Einsum("ab,bc->ac", (2, 3), (3,), kernel_init=zeros, rngs=Rngs(0)),
+        nnx_layers.PReLU(),
+        nnx_layers.LoRA(2, 1, 3, rngs=Rngs(0)),
+        nnx_layers.LoRALinear(2, 3, lora_rank=1, kernel_init=zeros, rngs=Rngs(0)),
     ]
     for layer in layers:
         for name in inspect.signature(type(layer)).parameters:

@@ -7,7 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax.nnx.nn.recurrent import modified_orthogonal
 
+import nnx_layers
 from nnx_layers import initializers as init
 
 KEY = jax.random.key(42)
@@ -67,6 +69,15 @@ def test_same_values_as_flax_in_half_precision(ours, theirs, dtype):
     a, b = ours(KEY, SHAPE, dtype), theirs(KEY, SHAPE, dtype)
     assert a.dtype == b.dtype == dtype
     np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+def test_orthogonal_in_half_precision_is_the_float32_sample_cast():
+    # flax.nnx's LSTMCell default (modified_orthogonal) does this; jax's orthogonal has no
+    # bfloat16 QR on CPU.
+    a = init.orthogonal()(KEY, SHAPE, jnp.bfloat16)
+    assert a.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(a, init.orthogonal()(KEY, SHAPE).astype(jnp.bfloat16))
+    np.testing.assert_array_equal(a, modified_orthogonal(KEY, SHAPE, jnp.bfloat16))
 
 
 def test_aliases_are_equal_value_objects():
@@ -158,3 +169,11 @@ def test_one_dimensional_shapes_are_rejected_where_fans_are_needed():
         init.lecun_normal()(KEY, (5,))
     with pytest.raises(ValueError, match=r"orthogonal initializer needs a shape with at least 2"):
         init.orthogonal()(KEY, (5,))
+
+
+def test_initializer_is_the_protocol_every_initializer_satisfies():
+    assert nnx_layers.Initializer is init.Initializer
+    for name in init.names():
+        assert isinstance(init.get(name), init.Initializer), name
+    assert isinstance(jax.nn.initializers.lecun_normal(), init.Initializer)
+    assert not isinstance(3, init.Initializer)

@@ -112,7 +112,7 @@ def with_fakes(fake_modules):
 
     def make(*fakes, settings=None):
         return isolated_registry(
-            distributions=[*installed("nnx", "acme-layers"), *fakes], settings=settings
+            distributions=[*installed("nnx-jax", "acme-layers"), *fakes], settings=settings
         )
 
     return make

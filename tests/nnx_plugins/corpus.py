@@ -31,6 +31,50 @@ ARGUMENTS = {
         "gate_activation": "acme.Swish",
         "kernel_init": "he_normal",
     },
+    # attention, the linear family, recurrence, more normalization, Reshape
+    "MultiHeadAttention": {"num_heads": 2, "in_features": 4, "decode": False},
+    "LinearGeneral": {"in_features": [2, 3], "out_features": 4, "axis": [-2, -1]},
+    "Einsum": {"einsum_str": "btd,dh->bth", "kernel_shape": [3, 4], "bias_shape": [4]},
+    "PReLU": {"negative_slope_init": {"type": "constant", "value": 0.25}},
+    "LoRA": {
+        "in_features": 3,
+        "lora_rank": 2,
+        "out_features": 4,
+        "base_module": {"type": "Linear", "in_features": 3, "out_features": 4},
+    },
+    "LoRALinear": {"in_features": 3, "out_features": 4, "lora_rank": 2},
+    "LSTMCell": {"in_features": 3, "hidden_features": 4, "carry_init": "ones"},
+    "OptimizedLSTMCell": {"in_features": 3, "hidden_features": 4, "gate_fn": "relu"},
+    "GRUCell": {"in_features": 3, "hidden_features": 4, "param_dtype": "bfloat16"},
+    "SimpleCell": {"in_features": 3, "hidden_features": 4, "residual": True},
+    "RNN": {
+        "cell": {"type": "GRUCell", "in_features": 3, "hidden_features": 4},
+        "reverse": True,
+        "keep_order": True,
+    },
+    "Bidirectional": {
+        "forward_rnn": {
+            "type": "RNN",
+            "cell": {"type": "LSTMCell", "in_features": 3, "hidden_features": 2},
+        },
+        "backward_rnn": {
+            "type": "RNN",
+            "cell": {"type": "GRUCell", "in_features": 3, "hidden_features": 2},
+        },
+        "time_major": True,
+    },
+    "GroupNorm": {"num_features": 8, "num_groups": None, "group_size": 2},
+    "InstanceNorm": {"num_features": 4, "feature_axes": [1, 2]},
+    "WeightNorm": {
+        "layer_instance": {"type": "Linear", "in_features": 3, "out_features": 4},
+        "feature_axes": None,
+    },
+    "SpectralNorm": {
+        "layer_instance": {"type": "Conv", "in_features": 1, "out_features": 2, "kernel_size": [3]},
+        "n_steps": 2,
+        "update_stats": False,
+    },
+    "Reshape": {"shape": [4, -1]},
 }
 
 NESTED = {

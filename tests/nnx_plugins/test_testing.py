@@ -36,7 +36,7 @@ def test_check_layer_reports_round_trip_differences(fake_modules):
     pack = fake_distribution(
         "norm-pack", entry_points={"nnx.layers": {"norm.Normalizing": "fakepack:Normalizing"}}
     )
-    with isolated_registry(distributions=[*installed("nnx"), pack]):
+    with isolated_registry(distributions=[*installed("nnx-jax"), pack]):
         check_layer("norm.Normalizing", {"sizes": [2]})
         with pytest.raises(LayerCheckError, match=r"round trip differs at sizes: \[3\] != 3"):
             check_layer("norm.Normalizing", {"sizes": 3})

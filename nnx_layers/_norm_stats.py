@@ -1,0 +1,112 @@
+"""What the normalization layers share: statistics, the affine transform and their parameters.
+
+Statistics are computed in at least float32 (``float32`` for ``bfloat16``/``float16`` inputs);
+the output dtype is ``module.dtype`` if set, else the promotion of the input and the parameters.
+The helpers read their settings (``dtype``, ``epsilon``, ``axis_name``, ...) from the layer.
+"""
+
+from numbers import Real
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from nnx_core import Param, Rngs
+
+__all__ = ["affine_params", "check_epsilon", "mean_square", "moments", "normalize", "param_value"]
+
+
+def _square(x: jax.Array) -> jax.Array:
+    return (x * jnp.conj(x)).real if jnp.iscomplexobj(x) else jnp.square(x)
+
+
+def _stats_input(x: jax.Array, module: Any) -> jax.Array:
+    """``x`` in the statistics dtype: the computation dtype, at least float32."""
+    dtype = x.dtype if module.dtype is None else module.dtype
+    return jnp.asarray(x, jnp.promote_types(dtype, jnp.float32))
+
+
+def _all_mean(value: Any, module: Any) -> Any:
+    """Average ``value`` over ``module.axis_name`` (a no-op without one)."""
+    if module.axis_name is None:
+        return value
+    return jax.lax.pmean(value, module.axis_name, axis_index_groups=module.axis_index_groups)
+
+
+def moments(
+    x: jax.Array, axes: tuple[int, ...], *, module: Any, mask: jax.Array | None
+) -> tuple[jax.Array, jax.Array]:
+    """Mean and variance of ``x`` over ``axes`` (and over ``module.axis_name``)."""
+    x = _stats_input(x, module)
+    if module.use_fast_variance:
+        mean, mean2 = _all_mean(
+            (jnp.mean(x, axes, where=mask), jnp.mean(_square(x), axes, where=mask)), module
+        )
+        return mean, jnp.maximum(0.0, mean2 - _square(mean))
+    mean = _all_mean(jnp.mean(x, axes, where=mask), module)
+    centered = x - jnp.expand_dims(mean, axes)
+    return mean, _all_mean(jnp.mean(_square(centered), axes, where=mask), module)
+
+
+def mean_square(
+    x: jax.Array, axes: tuple[int, ...], *, module: Any, mask: jax.Array | None
+) -> jax.Array:
+    """Mean of ``x**2`` over ``axes`` (and over ``module.axis_name``)."""
+    return _all_mean(jnp.mean(_square(_stats_input(x, module)), axes, where=mask), module)
+
+
+def normalize(
+    x: jax.Array,
+    mean: jax.Array | None,
+    var: jax.Array,
+    *,
+    scale: jax.Array | None,
+    bias: jax.Array | None,
+    module: Any,
+    axes: tuple[tuple[int, ...], tuple[int, ...]],
+) -> jax.Array:
+    """``(x - mean) * rsqrt(var + epsilon) * scale + bias``, cast to the output dtype.
+
+    ``axes`` is ``(reduction_axes, feature_axes)``; ``x``, ``scale`` and ``bias`` have already
+    been promoted to a common dtype, which is the output dtype unless ``module.dtype`` is set.
+    """
+    reduction_axes, feature_axes = axes
+    stats_shape = [1 if a in reduction_axes else d for a, d in enumerate(x.shape)]
+    feature_shape = [d if a in feature_axes else 1 for a, d in enumerate(x.shape)]
+    y = x if mean is None else x - mean.reshape(stats_shape)
+    multiplier = jax.lax.rsqrt(var.reshape(stats_shape) + module.epsilon)
+    if scale is not None:
+        multiplier = multiplier * scale.reshape(feature_shape)
+    y = y * multiplier
+    if bias is not None:
+        y = y + bias.reshape(feature_shape)
+    return jnp.asarray(y, x.dtype if module.dtype is None else module.dtype)
+
+
+def param_value(variable: Any) -> jax.Array | None:
+    """The value of an optional Param (``None`` stays ``None``)."""
+    return None if variable is None else variable.value
+
+
+def affine_params(
+    module: Any, rngs: Rngs, shape: tuple[int, ...], *, use_bias: bool, use_scale: bool
+) -> tuple[Param | None, Param | None]:
+    """Create the ``(scale, bias)`` Params (``None`` when disabled) with their metadata."""
+    scale = bias = None
+    if use_scale:
+        value = module.scale_init(rngs.params(), shape, module.param_dtype)
+        scale = Param(value, **module.scale_metadata)
+    if use_bias:
+        value = module.bias_init(rngs.params(), shape, module.param_dtype)
+        bias = Param(value, **module.bias_metadata)
+    return scale, bias
+
+
+def check_epsilon(layer: str, epsilon: Any) -> float:
+    """Return ``epsilon`` as a float, raising unless it is a non-negative number."""
+    if isinstance(epsilon, bool) or not isinstance(epsilon, Real) or epsilon < 0:
+        raise ValueError(
+            f"{layer} epsilon must be a non-negative number, got {epsilon!r}. "
+            f"Pass e.g. epsilon=1e-5."
+        )
+    return float(epsilon)

@@ -1,0 +1,1 @@
+"""The ``nnx`` command: one module per command group; listing reads package metadata only."""

@@ -1,0 +1,180 @@
+"""Validating a model config tree: every problem collected, every node normalized.
+
+The walker resolves each node's ``type`` through the registry (importing only the plugins the
+config names), validates the node with the layer's pydantic model, and recurses into nested
+layer fields itself so that every problem gets its full path and file position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic
+
+from .._text import close_matches, suggest
+from ..registry._errors import PluginError
+from ._errors import Problem
+from ._fields import LAYER_KINDS, LayerSpec, layer_spec
+from ._source import Source
+from ._types import to_json
+
+__all__ = ["Walker", "describe"]
+
+Path = tuple[Any, ...]
+
+
+def describe(value: Any) -> str:
+    """A short description of a received value for error messages."""
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+class Walker:
+    """Validates layer nodes against one `Source`, collecting `Problem` objects."""
+
+    def __init__(self, source: Source, registry: Any, prefer: Mapping[str, str] | None = None):
+        self.source, self.registry = source, registry
+        self.prefer = dict(prefer or {})
+        self.problems: list[Problem] = []
+
+    @property
+    def context(self) -> dict[str, Any]:
+        return {"registry": self.registry, "prefer": self.prefer}
+
+    def add(self, path: Path, message: str, *, at_key: bool = False) -> None:
+        self.problems.append(self.source.problem(path, message, at_key=at_key))
+
+    def spec_of(self, value: Any, path: Path) -> LayerSpec | None:
+        """Resolve the ``type`` of the node at ``path``; report why if it cannot be resolved."""
+        if not isinstance(value, Mapping):
+            self.add(
+                path,
+                f"expected a layer config: a mapping with a 'type' key, got {describe(value)}.",
+            )
+            return None
+        if "type" not in value:
+            keys = [k for k in value if isinstance(k, str)]
+            close = close_matches("type", keys, cutoff=0.5)
+            hint = f" Is {close[0]!r} a misspelling of 'type'?" if close else ""
+            self.add(path, f"missing the 'type' key naming the layer.{hint}")
+            return None
+        name = value["type"]
+        if not isinstance(name, str):
+            self.add((*path, "type"), f"'type' must be a layer name, got {describe(name)}.")
+            return None
+        try:
+            obj = self.registry.get("layer", name, prefer=self.prefer)
+            return layer_spec(name, obj, registry=self.registry)
+        except PluginError as error:
+            self.add((*path, "type"), str(error))
+            return None
+        except Exception as error:  # noqa: BLE001 - a layer whose signature cannot be modelled
+            self.add(
+                (*path, "type"),
+                f"cannot derive a config model for {name!r}: {type(error).__name__}: {error}",
+            )
+            return None
+
+    def node(self, value: Any, path: Path) -> dict[str, Any] | None:
+        """Return the normalized node at ``path``, or ``None`` after recording its problems."""
+        before = len(self.problems)
+        spec = self.spec_of(value, path)
+        if spec is None:
+            return None
+        normalized = self._validate(spec, value, path)
+        if not spec.custom:
+            for field in spec.fields:
+                if field.kind in LAYER_KINDS and field.name in value:
+                    child = self._children(
+                        field.kind, field.optional, value[field.name], (*path, field.name)
+                    )
+                    if normalized is not None:
+                        normalized[field.name] = child
+        return normalized if len(self.problems) == before else None
+
+    def _children(self, kind: str, optional: bool, value: Any, path: Path) -> Any:
+        if kind == "layer":
+            return None if value is None and optional else self.node(value, path)
+        if kind == "layers" and isinstance(value, (list, tuple)):
+            return [self.node(item, (*path, i)) for i, item in enumerate(value)]
+        if kind == "layer_map" and isinstance(value, Mapping):
+            return {key: self.node(item, (*path, key)) for key, item in value.items()}
+        return None  # wrong container type: reported by the pydantic model
+
+    def _validate(self, spec: LayerSpec, value: Mapping, path: Path) -> dict[str, Any] | None:
+        data = dict(value)
+        if spec.custom:
+            data.pop("type", None)
+        try:
+            validated = spec.model.model_validate(data, context=self.context)
+        except pydantic.ValidationError as error:
+            self._report(error, spec, path)
+            return None
+        except Exception as error:  # noqa: BLE001 - a custom config_model may raise anything
+            self.add(path, f"validating {spec.name} raised {type(error).__name__}: {error}")
+            return None
+        dumped = validated.model_dump(mode="python", by_alias=True)
+        nested = (
+            {f.name for f in spec.fields if f.kind in LAYER_KINDS} if not spec.custom else set()
+        )
+        normalized: dict[str, Any] = {"type": spec.name}
+        for key, item in dumped.items():
+            if key == "type":
+                continue
+            if key in nested:  # replaced by the normalized children in `node`, unless defaulted
+                normalized[key] = [] if isinstance(item, (list, tuple)) else item
+                continue
+            try:
+                normalized[key] = to_json(item)
+            except TypeError as problem:
+                self.add((*path, key), f"{problem}.")
+        return normalized
+
+    def _report(self, error: pydantic.ValidationError, spec: LayerSpec, path: Path) -> None:
+        names = [f.name for f in spec.fields if f.kind != "opaque"]
+        if spec.custom:
+            names = [f.alias or n for n, f in spec.model.model_fields.items()]
+        items = error.errors(include_url=False)
+        misspelt = {
+            close
+            for item in items
+            if item["type"] == "extra_forbidden" and len(item["loc"]) == 1
+            for close in close_matches(item["loc"][0], names)[:1]
+        }
+        for item in items:
+            loc = tuple(item["loc"])
+            if item["type"] == "missing" and len(loc) == 1 and loc[0] in misspelt:
+                continue  # the misspelt key's "did you mean" already says it
+            where = (*path, *loc)
+            kind = item["type"]
+            if kind == "extra_forbidden" and len(loc) == 1:
+                opaque = spec.field(str(loc[0]))
+                reason = (
+                    f"{loc[0]!r} cannot be set from a config (its value has no config spelling)."
+                    if opaque is not None
+                    else f"unknown key {loc[0]!r} for {spec.name}.{suggest(loc[0], names)} "
+                    f"Valid keys: {', '.join(names)}."
+                )
+                self.add(where, reason, at_key=True)
+            elif kind == "missing":
+                position = self.source.value_position(where[:-1])
+                line, column = position if position else (None, None)
+                self.problems.append(
+                    Problem(
+                        where,
+                        f"missing required key {loc[-1]!r} for {spec.name}.",
+                        self.source.name,
+                        line,
+                        column,
+                    )
+                )
+            else:
+                got = (
+                    ""
+                    if kind.startswith(("dtype", "initializer", "activation"))
+                    else (f" (got {describe(item.get('input'))})")
+                )
+                text = f"{item['msg']}{got}"
+                self.add(where, text if text.endswith((".", "?")) else f"{text}.")

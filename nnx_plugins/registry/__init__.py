@@ -1,0 +1,1 @@
+"""The plugin registry: hook specs, entry-point discovery, name lookup, collisions and failures."""

@@ -1,0 +1,1 @@
+"""Training from a config: its config sections, data, the training loop, metrics and checkpoints."""

@@ -1,0 +1,267 @@
+"""Reading checkpoints: `read_manifest` and `load`, with every mismatch reported by path.
+
+See `nnx_plugins.training._checkpoint` for the format. Nothing is assigned to the model unless the whole
+checkpoint fits it.
+
+Example:
+    >>> import os, tempfile
+    >>> import nnx_plugins
+    >>> model = nnx_plugins.build({"type": "Linear", "in_features": 2, "out_features": 3})
+    >>> where = nnx_plugins.save(model, os.path.join(tempfile.mkdtemp(), "c"), step=4)
+    >>> nnx_plugins.read_manifest(where)["entries"]["model/kernel"]["shape"]
+    [2, 3]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load_file
+
+import nnx_core
+
+from .._text import format_path
+from ..config._build import build
+from ..registry._errors import PluginError
+from ..registry._lookup import get_variable_type
+from ._checkpoint import (
+    CheckpointError,
+    _entry_key,
+    _sha256,
+)
+from ._checkpoint_manifest import confined_file, dtype_of, read_manifest
+
+__all__ = ["read_manifest", "load"]
+
+
+def _read_tensors(where: pathlib.Path, manifest: Mapping[str, Any]) -> dict[str, np.ndarray]:
+
+    path = confined_file(where, manifest["tensors"], "tensor file")
+    if not path.is_file():
+        raise CheckpointError(where, [f"{path.name} is missing."])
+    digest = _sha256(path)
+    if digest != manifest.get("sha256"):
+        raise CheckpointError(
+            where,
+            [
+                f"{path.name} is corrupt or truncated: its sha256 is {digest[:16]}... but the "
+                f"manifest records {str(manifest.get('sha256'))[:16]}... ({path.stat().st_size} "
+                "bytes on disk). Load an earlier checkpoint instead."
+            ],
+        )
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as error:
+        raise CheckpointError(where, [f"{path.name} cannot be read: {error}"]) from None
+
+
+def _stored_problem(array: np.ndarray, info: Mapping[str, Any]) -> str | None:
+    """How the tensor file's array disagrees with its manifest entry (None: it agrees)."""
+    shape = tuple(info["shape"])
+    if info["dtype"] == "key":
+        if array.shape[: len(shape)] != shape or array.dtype != np.uint32:
+            return (
+                f"the tensor file holds {array.dtype.name}{array.shape} but the manifest "
+                f"records PRNG keys of shape {shape} (uint32 key data)"
+            )
+        return None
+    stored = info.get("stored_as") or info["dtype"]
+    if array.shape != shape or array.dtype.name != stored:
+        return (
+            f"the tensor file holds {array.dtype.name}{array.shape} but the manifest records "
+            f"{stored}{shape}"
+        )
+    return None
+
+
+def _restore(array: np.ndarray, info: Mapping[str, Any]) -> Any:
+    """The array as the model holds it; ValueError if the key implementation is unknown."""
+
+    if "stored_as" in info:
+        array = array.view(dtype_of(info["dtype"]))
+    if info["dtype"] == "key":
+        return jax.random.wrap_key_data(jnp.asarray(array), impl=info["key_impl"])
+    return jnp.asarray(array)
+
+
+def _restored(array: np.ndarray, info: Mapping[str, Any], where: str, problems: list[str]) -> Any:
+    trouble = _stored_problem(array, info)
+    if trouble is None:
+        try:
+            return _restore(array, info)
+        except (ValueError, TypeError, KeyError) as error:
+            trouble = (
+                f"its PRNG key data cannot be restored with key_impl {info.get('key_impl')!r} "
+                f"({error})"
+            )
+    problems.append(f"{where}: {trouble}; the checkpoint is corrupt. Load an earlier one.")
+    return None
+
+
+def _kind_type(name: str, provider: str | None) -> tuple[type | None, str | None]:
+
+    with contextlib.suppress(KeyError):
+        return nnx_core.variable_type(name), None
+    try:
+        return get_variable_type(name), None
+    except PluginError as error:
+        source = provider or "an unknown distribution"
+        dist = provider.split(" ")[0] if provider else None
+        hint = f" Install it: pip install {dist}." if dist else ""
+        return None, (
+            f"its Variable kind {name!r} is not installed (it was provided by {source} "
+            f"when saved).{hint} ({error})"
+        )
+
+
+def _fill(
+    node: Any,
+    prefix: str,
+    manifest: Mapping[str, Any],
+    tensors: Mapping[str, np.ndarray],
+    problems: list[str],
+) -> list[tuple[Any, Any]]:
+
+    entries = {k: v for k, v in manifest["entries"].items() if k.startswith(prefix + "/")}
+    assignments = []
+    seen = set()
+    for path, variable in nnx_core.state(node).flat_state():
+        key = _entry_key(prefix, path)
+        where = format_path((prefix, *path))
+        info = entries.get(key)
+        if info is None:
+            problems.append(
+                f"{where}: missing from the checkpoint (the model has a "
+                f"{type(variable).__name__} {tuple(variable.value.shape)} here)."
+            )
+            continue
+        seen.add(key)
+        kind, trouble = _kind_type(info["kind"], info.get("provider"))
+        if trouble:
+            problems.append(f"{where}: {trouble}")
+            continue
+        if not isinstance(variable, kind):
+            problems.append(
+                f"{where}: the checkpoint holds a {info['kind']} but the model has a "
+                f"{nnx_core.variable_name(type(variable))}."
+            )
+            continue
+        value = variable.value
+        want_dtype = "key" if _is_key(value) else np.dtype(value.dtype).name
+        want_shape = list(value.shape)
+        if info["shape"] != want_shape or info["dtype"] != want_dtype:
+            problems.append(
+                f"{where}: the checkpoint holds {info['dtype']}{tuple(info['shape'])} "
+                f"but the model expects {want_dtype}{tuple(want_shape)}."
+            )
+            continue
+        if key not in tensors:
+            problems.append(f"{where}: listed in the manifest but absent from the tensor file.")
+            continue
+        restored = _restored(tensors[key], info, where, problems)
+        if restored is not None:
+            assignments.append((variable, restored))
+    for key in sorted(set(entries) - seen, key=lambda k: _path_order(entries[k]["path"])):
+        info = entries[key]
+        problems.append(
+            f"{format_path((prefix, *info['path']))}: unexpected entry in the checkpoint "
+            f"({info['kind']} {info['dtype']}{tuple(info['shape'])}); the model has "
+            "nothing at this path."
+        )
+    return assignments
+
+
+def _path_order(path: list[Any]) -> list[tuple[int, Any]]:
+    return [(0, p) if isinstance(p, int) else (1, str(p)) for p in path]
+
+
+def _is_key(value: Any) -> bool:
+
+    return isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key)
+
+
+def _assign(assignments: list[tuple[Any, Any]]) -> None:
+
+    for variable, value in assignments:
+        sharding = getattr(variable.value, "sharding", None)
+        if sharding is not None and not _is_key(value):
+            value = jax.device_put(value, sharding)
+        variable.value = value
+
+
+def _rebuild(where: pathlib.Path, manifest: Mapping[str, Any]) -> Any:
+
+    config = manifest.get("config")
+    if not isinstance(config, Mapping) or "model" not in config:
+        raise CheckpointError(
+            where,
+            [
+                "the manifest has no model config to rebuild the model "
+                "from; pass the model: load(directory, into=model)."
+            ],
+        )
+    model_config = {"model": config["model"]}
+    if "plugins" in config:
+        model_config["plugins"] = config["plugins"]
+    return build(model_config)
+
+
+def load(directory: str | os.PathLike[str], *, into: Any = None, optimizer: Any = None) -> Any:
+    """Load a checkpoint: into ``into`` (a Module), or into a model rebuilt from its config.
+
+    ``directory`` is a checkpoint directory or a directory of ``step_N`` checkpoints (the newest
+    is loaded). Nothing is modified unless every entry fits.
+
+    Args:
+        directory: where the checkpoint is.
+        into: the model to fill in place; when omitted the model is rebuilt with `build` from
+            the manifest's config.
+        optimizer: an `nnx_core.Optimizer` to fill with the saved optimizer state.
+
+    Returns:
+        The model.
+
+    Raises:
+        CheckpointError: listing by path every missing or unexpected entry, shape/dtype/kind
+            mismatch and unknown Variable kind (with the distribution that provided it); or a
+            corrupt/truncated tensor file (checksum mismatch) or manifest.
+
+    Example:
+        >>> import os, tempfile
+        >>> import nnx_plugins
+        >>> from nnx_plugins import CheckpointError
+        >>> small = nnx_plugins.build({"type": "Linear", "in_features": 2, "out_features": 3})
+        >>> where = nnx_plugins.save(small, os.path.join(tempfile.mkdtemp(), "c"))
+        >>> big = nnx_plugins.build({"type": "Linear", "in_features": 4, "out_features": 3})
+        >>> try:
+        ...     nnx_plugins.load(where, into=big)
+        ... except CheckpointError as error:
+        ...     print(error.problems[0])
+        model.kernel: the checkpoint holds float32(2, 3) but the model expects float32(4, 3).
+    """
+    manifest = read_manifest(directory)
+    where = pathlib.Path(manifest["directory"])
+    tensors = _read_tensors(where, manifest)
+    model = _rebuild(where, manifest) if into is None else into
+    problems: list[str] = []
+    assignments = _fill(model, "model", manifest, tensors, problems)
+    if optimizer is not None:
+        if not manifest.get("has_optimizer"):
+            problems.append(
+                "optimizer: the checkpoint holds no optimizer state (it was saved "
+                "without optimizer=...)."
+            )
+        else:
+            assignments += _fill(optimizer, "optimizer", manifest, tensors, problems)
+    if problems:
+        raise CheckpointError(where, problems)
+    _assign(assignments)
+    return model

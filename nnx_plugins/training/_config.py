@@ -1,0 +1,555 @@
+"""The training sections of a config: ``optimizer``, ``data``, ``train`` and ``checkpoint``.
+
+The four section models are published in the ``nnx.config_sections`` entry-point group
+(pyproject.toml), so `load_config` finds and validates them, with the same error quality as the
+``model`` section: every problem with its
+``file:line:col``, its path (``optimizer.b1``) and a "did you mean" for misspelt names.
+
+The optimizer section names any optax optimizer; its arguments are checked against the optax
+function's signature (optax is read for the names and signatures of its optimizers and schedules).
+
+Example:
+    >>> from nnx_plugins.training._config import load_train_config
+    >>> config = load_train_config({
+    ...     "model": {"type": "Linear", "in_features": 64, "out_features": 10},
+    ...     "optimizer": {"type": "adamw", "learning_rate": 0.01, "weight_decay": 0.001},
+    ...     "data": {"type": "digits", "layout": "flat"},
+    ...     "train": {"steps": 20, "batch_size": 32}})
+    >>> opt = config.sections["optimizer"]
+    >>> opt.type, opt.arguments, opt.trainable
+    ('adamw', {'learning_rate': 0.01, 'weight_decay': 0.001}, ['Param'])
+    >>> config.sections["checkpoint"].keep
+    3
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import operator
+import os
+import pathlib
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal
+
+import jax.numpy as jnp
+import ml_dtypes  # noqa: F401  (registers bfloat16 & co. with numpy)
+import numpy as np
+import optax
+import pydantic
+from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
+
+import nnx_core
+
+from .._text import suggest
+from ..config._errors import ConfigError, Problem
+from ..config._load import load_config
+from ..registry._registry import default_registry
+
+__all__ = [
+    "OptimizerSection",
+    "DataSection",
+    "TrainSection",
+    "CheckpointSection",
+    "load_train_config",
+    "optimizer_names",
+    "schedule_names",
+    "make_optimizer",
+]
+
+PositiveInt = Annotated[int, pydantic.Field(gt=0, strict=True)]
+PositiveFloat = Annotated[float, pydantic.Field(gt=0)]
+
+# optax functions with a ``learning_rate`` argument that are not optimizers a user would pick.
+_NOT_OPTIMIZERS = frozenset({"scale_by_learning_rate", "scale_by_rprop", "lbfgs"})
+# schedule arguments that take Python callables or lists of mappings: no config spelling.
+_NOT_SCHEDULES = frozenset(
+    {"join_schedules", "sgdr_schedule", "inject_hyperparams", "inject_stateful_hyperparams"}
+)
+_SCHEDULE_MARKER = "schedule"
+
+
+def _functions(namespace: Mapping[str, Any]) -> dict[str, Callable[..., Any]]:
+    return {n: f for n, f in namespace.items() if inspect.isfunction(f) and not n.startswith("_")}
+
+
+def optimizer_names() -> list[str]:
+    """The optax optimizers a config may name: functions of ``optax`` taking ``learning_rate``.
+
+    Example:
+        >>> from nnx_plugins.training._config import optimizer_names
+        >>> {"adam", "adamw", "sgd", "lion"} <= set(optimizer_names())
+        True
+    """
+    found = []
+    for name, function in _functions(vars(optax)).items():
+        try:
+            parameters = inspect.signature(function).parameters
+        except (TypeError, ValueError):
+            continue
+        if "learning_rate" in parameters and name not in _NOT_OPTIMIZERS:
+            found.append(name)
+    return sorted(found)
+
+
+def schedule_names() -> list[str]:
+    """The optax learning-rate schedules a config may name (``optax.schedules``).
+
+    Example:
+        >>> from nnx_plugins.training._config import schedule_names
+        >>> "warmup_cosine_decay_schedule" in schedule_names()
+        True
+    """
+    return sorted(set(_functions(vars(optax.schedules))) - _NOT_SCHEDULES)
+
+
+# -- argument kinds derived from optax annotations -------------------------------------------
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def _plain(annotation: Any) -> tuple[Any, bool]:
+    """``(a pydantic-checkable annotation or None, whether a schedule is accepted)``."""
+
+    origin = typing.get_origin(annotation)
+    if annotation in _SCALARS:
+        return annotation, False
+    if isinstance(annotation, type) and issubclass(annotation, np.number):
+        return float, False
+    if origin in (typing.Union, types.UnionType):
+        kept, schedule = [], False
+        if Any in typing.get_args(annotation):
+            return None, False
+        for arg in typing.get_args(annotation):
+            if typing.get_origin(arg) is Callable or arg is Callable:
+                schedule = True
+                continue
+            plain, _ = _plain(arg)
+            if plain is not None and plain not in kept:
+                kept.append(plain)
+        if float in kept:  # a number (optax's ArrayLike): strict float accepts ints, not bools
+            kept = [k for k in kept if k not in (int, bool)]
+        if not kept:
+            return None, schedule
+        return functools.reduce(operator.or_, kept), schedule
+    if origin in (list, tuple, dict):
+        args = [_plain(a)[0] for a in typing.get_args(annotation)]
+        if any(a is None for a in args if a is not Ellipsis):
+            return None, False
+        return (origin[tuple(args)] if args else origin), False
+    return None, False
+
+
+def _argument_kind(parameter: inspect.Parameter) -> tuple[Any, bool]:
+    annotation, schedule = _plain(parameter.annotation)
+    if parameter.name.endswith("dtype"):
+        return "dtype", False
+    if annotation is None and parameter.default is not inspect.Parameter.empty:
+        default = parameter.default
+        if isinstance(default, (bool, int, float, str)):
+            annotation = type(default)
+    return annotation, schedule
+
+
+class _Problems:
+    """Collects pydantic line errors with locations relative to the section."""
+
+    def __init__(self) -> None:
+        self.items: list[InitErrorDetails] = []
+
+    def add(self, loc: tuple[Any, ...], message: str, value: Any) -> None:
+        # the message is the template itself: pydantic shortens long context values
+        error = PydanticCustomError("nnx_training", message.replace("{", "(").replace("}", ")"))
+        self.items.append(InitErrorDetails(type=error, loc=loc, input=value))
+
+    def extend(self, error: ValidationError, prefix: tuple[Any, ...]) -> None:
+        for item in error.errors(include_url=False):
+            message = item["msg"]
+            self.add((*prefix, *item["loc"]), message, item.get("input"))
+
+    def raise_if_any(self, title: str) -> None:
+        if self.items:
+            raise ValidationError.from_exception_data(title, self.items)
+
+
+def _check_dtype(value: Any, loc: tuple[Any, ...], problems: _Problems) -> None:
+
+    if value is None:
+        return
+    try:
+        np.dtype(value if isinstance(value, str) else "?invalid")
+    except TypeError:
+        problems.add(loc, "expected a dtype name such as 'float32' or 'bfloat16'", value)
+
+
+def _check_arguments(
+    function: Callable[..., Any],
+    label: str,
+    given: Mapping[str, Any],
+    loc: tuple[Any, ...],
+    problems: _Problems,
+    *,
+    fixed: tuple[str, ...] = (),
+) -> None:
+    """Check ``given`` against ``function``'s signature; recurse into schedules."""
+    parameters = inspect.signature(function).parameters
+    for name, value in given.items():
+        parameter = parameters.get(name) if isinstance(name, str) else None
+        if parameter is None or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            valid = [
+                *fixed,
+                *(
+                    p
+                    for p in parameters
+                    if parameters[p].kind
+                    not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+                ),
+            ]
+            problems.add(
+                (*loc, name),
+                f"unknown argument {name!r} for {label}."
+                f"{suggest(name, valid)} Valid keys: {', '.join(valid)}",
+                value,
+            )
+            continue
+        _check_value(parameter, value, label, (*loc, name), problems)
+    for name, parameter in parameters.items():
+        required = parameter.default is inspect.Parameter.empty and parameter.kind not in (
+            parameter.VAR_POSITIONAL,
+            parameter.VAR_KEYWORD,
+        )
+        if required and name not in given:
+            problems.add(loc, f"{label} needs the argument {name!r}", dict(given))
+
+
+def _check_value(
+    parameter: inspect.Parameter, value: Any, label: str, loc: tuple[Any, ...], problems: _Problems
+) -> None:
+    annotation, schedule = _argument_kind(parameter)
+    if schedule and isinstance(value, Mapping):
+        _check_schedule(value, loc, problems)
+        return
+    if annotation == "dtype":
+        _check_dtype(value, loc, problems)
+        return
+    if annotation is None:
+        problems.add(
+            loc,
+            f"{label}'s argument {parameter.name!r} takes a Python object and cannot "
+            "be set from a config; leave it out",
+            value,
+        )
+        return
+    # strict (no bool for a number, no "1" for an int), except for mappings: JSON turns the
+    # keys of {10: 0.5} into strings
+    takes_mapping = any(
+        typing.get_origin(a) is dict for a in (annotation, *typing.get_args(annotation))
+    )
+    adapter = pydantic.TypeAdapter(annotation, config=pydantic.ConfigDict(strict=not takes_mapping))
+    try:
+        adapter.validate_python(value)
+    except pydantic.ValidationError as error:
+        if isinstance(value, Mapping) and not schedule and not takes_mapping:
+            problems.add(
+                loc, f"{label}'s argument {parameter.name!r} does not take a schedule", value
+            )
+            return
+        problems.extend(error, loc)
+
+
+def _check_schedule(value: Mapping[str, Any], loc: tuple[Any, ...], problems: _Problems) -> None:
+    name = value.get("type")
+    names = schedule_names()
+    if not isinstance(name, str) or name not in names:
+        where = (*loc, "type") if "type" in value else loc
+        problems.add(
+            where,
+            f"expected an optax schedule name as 'type'.{suggest(name, names)} "
+            f"Schedules: {', '.join(names)}",
+            name,
+        )
+        return
+    function = getattr(optax.schedules, name)
+    arguments = {k: v for k, v in value.items() if k != "type"}
+    _check_arguments(function, f"optax.{name}", arguments, loc, problems, fixed=("type",))
+
+
+def _resolve_arguments(
+    function: Callable[..., Any], arguments: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Turn validated config arguments into Python values (schedules, dtypes, tuples)."""
+
+    parameters = inspect.signature(function).parameters
+    resolved: dict[str, Any] = {}
+    for name, value in arguments.items():
+        annotation, schedule = _argument_kind(parameters[name])
+        if schedule and isinstance(value, Mapping):
+            schedule_fn = getattr(optax.schedules, value["type"])
+            value = schedule_fn(
+                **_resolve_arguments(schedule_fn, {k: v for k, v in value.items() if k != "type"})
+            )
+        elif annotation == "dtype" and value is not None:
+            value = jnp.dtype(value)
+        elif any(
+            typing.get_origin(a) in (tuple, dict)
+            for a in (annotation, *typing.get_args(annotation))
+        ):
+            value = pydantic.TypeAdapter(annotation).validate_python(value)
+        resolved[name] = value
+    return resolved
+
+
+# -- the sections ----------------------------------------------------------------------------
+def _optimizer_schema(schema: dict[str, Any]) -> None:
+    """The file spelling: the optax arguments sit next to ``type``, not under ``arguments``."""
+    schema["properties"].pop("arguments", None)
+    schema["properties"]["learning_rate"] = {
+        "description": "a number, or {type: <optax.schedules function>, ...its arguments}",
+        "anyOf": [{"type": "number"}, {"type": "object", "required": ["type"]}],
+    }
+    schema["additionalProperties"] = True  # the optax function's other arguments
+
+
+class OptimizerSection(pydantic.BaseModel):
+    """``optimizer:`` an optax optimizer by name with its arguments, clipping and ``trainable``.
+
+    Keys besides ``type``, ``clip_grad_norm``, ``clip_grad_value`` and ``trainable`` are the
+    optax function's arguments (``learning_rate`` may be a schedule mapping with its own
+    ``type``). ``trainable`` lists the Variable kinds (registered names) that are optimized.
+    """
+
+    model_config = pydantic.ConfigDict(extra="forbid", json_schema_extra=_optimizer_schema)
+
+    type: str = "adam"
+    arguments: dict[str, Any] = {"learning_rate": 1e-3}
+    clip_grad_norm: PositiveFloat | None = None
+    clip_grad_value: PositiveFloat | None = None
+    trainable: list[str] = ["Param"]
+
+    @pydantic.model_validator(mode="wrap")
+    @classmethod
+    def _split_arguments(cls, data: Any, handler: Any) -> Any:
+        if isinstance(data, cls) or not isinstance(data, Mapping):
+            return handler(data)
+        fixed = {k: v for k, v in data.items() if k in cls.model_fields and k != "arguments"}
+        given = {k: v for k, v in data.items() if k not in fixed}
+        if not given and "type" not in data:
+            given = {"learning_rate": 1e-3}
+        problems = _Problems()
+        try:
+            section = handler(fixed)
+        except ValidationError as error:
+            problems.extend(error, ())
+            section = None
+        name = data.get("type", "adam")
+        names = optimizer_names() if isinstance(name, str) else []
+        if section is not None and name not in names:
+            problems.add(
+                ("type",),
+                f"unknown optax optimizer {name!r}.{suggest(name, names)} "
+                f"Optimizers: {', '.join(names)}",
+                name,
+            )
+        elif isinstance(name, str) and name in names:
+            fixed_keys = tuple(k for k in cls.model_fields if k != "arguments")
+            _check_arguments(
+                getattr(optax, name), f"optax.{name}", given, (), problems, fixed=fixed_keys
+            )
+        if section is not None:
+            _check_trainable(section.trainable, problems)
+        problems.raise_if_any(cls.__name__)
+        section.arguments = dict(given)
+        return section
+
+    @pydantic.model_serializer(mode="plain")
+    def _flat(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, **self.arguments}
+        for key in ("clip_grad_norm", "clip_grad_value"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        out["trainable"] = list(self.trainable)
+        return out
+
+    def make(self) -> Any:
+        """The optax ``GradientTransformation`` this section describes (clipping first)."""
+        return make_optimizer(self)
+
+
+def _check_trainable(trainable: list[str], problems: _Problems) -> None:
+
+    named = {  # explicit names only: not the automatic 'module.Class' names of unnamed kinds
+        name
+        for name, kind in nnx_core.registered_variable_types().items()
+        if name != f"{kind.__module__}.{kind.__qualname__}"
+    }
+    known = sorted(set(default_registry().names("variable")) | named)
+    for index, name in enumerate(trainable):
+        if name not in known and name not in nnx_core.registered_variable_types():
+            problems.add(
+                ("trainable", index),
+                f"unknown Variable kind {name!r}.{suggest(name, known, key='last')} Installed kinds: "
+                f"{', '.join(known)}",
+                name,
+            )
+
+
+def make_optimizer(section: OptimizerSection) -> Any:
+    """Build the optax transformation of a validated `OptimizerSection`.
+
+    Example:
+        >>> from nnx_plugins.training._config import OptimizerSection, make_optimizer
+        >>> section = OptimizerSection.model_validate({"type": "sgd", "learning_rate": 0.1,
+        ...                                            "clip_grad_norm": 1.0})
+        >>> hasattr(make_optimizer(section), "update")
+        True
+    """
+    # one object per spelling: jit caches compiled steps by the transformation's identity
+    spelling = repr(section.model_dump())
+    if spelling not in _TRANSFORMS:
+        _TRANSFORMS[spelling] = _build_optimizer(section)
+    return _TRANSFORMS[spelling]
+
+
+_TRANSFORMS: dict[str, Any] = {}
+
+
+def _build_optimizer(section: OptimizerSection) -> Any:
+    function = getattr(optax, section.type)
+    tx = function(**_resolve_arguments(function, section.arguments))
+    clipping = []
+    if section.clip_grad_value is not None:
+        clipping.append(optax.clip(section.clip_grad_value))
+    if section.clip_grad_norm is not None:
+        clipping.append(optax.clip_by_global_norm(section.clip_grad_norm))
+    return optax.chain(*clipping, tx) if clipping else tx
+
+
+class DataSection(pydantic.BaseModel):
+    """``data:`` the built-in ``digits`` set or a user's ``.npz`` file.
+
+    ``digits`` is scikit-learn's bundled 8x8 digits (1797 images, no download) with a fixed
+    split: every fifth image is a test image. ``layout`` is ``NHWC`` (images ``(N, 8, 8, 1)``
+    for convolutions) or ``flat`` (``(N, 64)``). An ``npz`` file holds arrays named by ``x`` and
+    ``y`` (and ``x_test``/``y_test``; without them the last ``test_fraction`` is held out). A
+    relative ``path`` is relative to the config file.
+    """
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    type: Literal["digits", "npz"] = "digits"
+    layout: Literal["NHWC", "flat"] = "NHWC"
+    path: str | None = None
+    x: str = "x"
+    y: str = "y"
+    x_test: str = "x_test"
+    y_test: str = "y_test"
+    test_fraction: Annotated[float, pydantic.Field(gt=0, lt=1)] = 0.2
+
+    @pydantic.model_validator(mode="after")
+    def _path_for_npz(self) -> DataSection:
+        if self.type == "npz" and not self.path:
+            raise ValueError("data of type 'npz' needs a 'path' to the .npz file")
+        if self.type == "digits" and self.path:
+            raise ValueError(
+                "data of type 'digits' is built in and takes no 'path'; "
+                "use type: npz to read a file"
+            )
+        return self
+
+
+class TrainSection(pydantic.BaseModel):
+    """``train:`` how long (``steps`` or ``epochs``), ``batch_size``, ``seed``, intervals.
+
+    ``eval_interval`` and ``log_interval`` count steps; evaluation defaults to once per epoch.
+    With neither ``steps`` nor ``epochs``, training runs 10 epochs.
+    """
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    steps: PositiveInt | None = None
+    epochs: PositiveInt | None = None
+    batch_size: PositiveInt = 64
+    seed: Annotated[int, pydantic.Field(ge=0, strict=True)] = 0
+    eval_interval: PositiveInt | None = None
+    log_interval: PositiveInt = 10
+
+    @pydantic.model_validator(mode="after")
+    def _steps_or_epochs(self) -> TrainSection:
+        if self.steps is not None and self.epochs is not None:
+            raise ValueError(
+                f"give either 'steps' ({self.steps}) or 'epochs' ({self.epochs}), not both"
+            )
+        return self
+
+
+class CheckpointSection(pydantic.BaseModel):
+    """``checkpoint:`` where (``dir``, relative to the run directory), how often, how many kept.
+
+    ``interval`` counts steps; without it a checkpoint is written at the end of training only.
+    """
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    dir: str = "checkpoints"
+    interval: PositiveInt | None = None
+    keep: PositiveInt = 3
+
+    @pydantic.field_validator("dir")
+    @classmethod
+    def _inside_the_run_directory(cls, value: str) -> str:
+        parts = pathlib.PurePath(value).parts
+        if not value.strip() or pathlib.PurePath(value).is_absolute() or ".." in parts:
+            raise PydanticCustomError(
+                "nnx_checkpoint_dir",
+                "must be a relative path inside the run directory, without '..'; choose "
+                "where a run goes with --run-dir (run_dir=...) instead",
+            )
+        return value
+
+
+SECTIONS: dict[str, type[pydantic.BaseModel]] = {
+    "optimizer": OptimizerSection,
+    "data": DataSection,
+    "train": TrainSection,
+    "checkpoint": CheckpointSection,
+}
+
+
+def load_train_config(config: Any) -> Any:
+    """`load_config` for training: the four sections validated, defaults filled in.
+
+    Returns a `Config` whose ``sections`` always hold ``optimizer``, ``data``, ``train`` and
+    ``checkpoint`` objects.
+
+    Raises:
+        ConfigError: every problem of every section with its location.
+
+    Example:
+        >>> from nnx_plugins import ConfigError
+        >>> from nnx_plugins.training._config import load_train_config
+        >>> try:
+        ...     load_train_config({"model": {"type": "Linear", "in_features": 2, "out_features": 2},
+        ...                        "optimizer": {"type": "adamw", "learning_rate": 0.1, "weight_decy": 0.1}})
+        ... except ConfigError as error:
+        ...     print(error.problems[0])
+        <dict>: optimizer.weight_decy: unknown argument 'weight_decy' for optax.adamw. Did you mean 'weight_decay'? ...
+    """
+
+    loaded = load_config(config)
+    sections = dict(loaded.sections)
+    for name, model in SECTIONS.items():
+        if sections.get(name) is None:
+            sections[name] = model()
+    source = loaded.source
+    data = sections["data"]
+    if data.path and not os.path.isabs(data.path) and source not in ("<dict>", "<to_config>"):
+        resolved = os.path.join(os.path.dirname(os.path.abspath(source)), data.path)
+        sections["data"] = data.model_copy(update={"path": resolved})
+    return dataclasses.replace(loaded, sections=sections)
+
+
+def config_problem(config: Any, path: tuple[Any, ...], message: str) -> ConfigError:
+    """A one-problem `ConfigError` for a check that needs more than the config (e.g. a file)."""
+    return ConfigError([Problem(path, message, getattr(config, "source", "<dict>"))])

@@ -1,0 +1,405 @@
+"""Training from a config: accuracy, exact resume, logs and plot, errors, eval, many devices."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+import nnx_core as nnx
+from nnx_plugins import CheckpointError, ConfigError, evaluate, read_manifest, train
+from nnx_plugins.training import _loop
+from nnx_plugins.training._data import DataError
+
+# BatchNorm (BatchStats), Dropout (Rng state), Adam with a schedule (optimizer state, count).
+MLP = {
+    "model": {
+        "type": "Sequential",
+        "layers": [
+            {"type": "Linear", "in_features": 64, "out_features": 32},
+            {"type": "BatchNorm", "num_features": 32},
+            {"type": "relu"},
+            {"type": "Dropout", "rate": 0.2},
+            {"type": "Linear", "in_features": 32, "out_features": 10},
+        ],
+    },
+    "optimizer": {
+        "type": "adamw",
+        "learning_rate": {"type": "cosine_decay_schedule", "init_value": 0.01, "decay_steps": 60},
+        "clip_grad_norm": 5.0,
+    },
+    "data": {"type": "digits", "layout": "flat"},
+    "train": {"steps": 60, "batch_size": 32, "seed": 3, "eval_interval": 20, "log_interval": 5},
+    "checkpoint": {"interval": 20, "keep": 2},
+}
+
+
+def rows(path):
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def values(node):
+    out = {}
+    for path, variable in nnx.state(node).flat_state():
+        value = variable.value
+        if jax.numpy.issubdtype(value.dtype, jax.dtypes.prng_key):
+            value = jax.random.key_data(value)
+        out[path] = np.asarray(value)
+    return out
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    return train(MLP, run_dir=tmp_path_factory.mktemp("full"), progress=False)
+
+
+def test_short_run_learns_well_above_chance(full_run):
+    assert full_run.step == 60
+    assert full_run.test_accuracy > 0.85  # chance is 0.1
+    assert full_run.checkpoint.name == "step_00000060"
+    assert [p.name for p in sorted((full_run.run_dir / "checkpoints").iterdir())] == [
+        "step_00000040",
+        "step_00000060",
+    ]
+
+
+def test_metrics_log_and_plot(full_run):
+    records = rows(full_run.run_dir / "metrics.jsonl")
+    train_steps = [r["step"] for r in records if r["split"] == "train"]
+    test_steps = [r["step"] for r in records if r["split"] == "test"]
+    assert train_steps == list(range(5, 61, 5)) and test_steps == [20, 40, 60]
+    assert all(r["examples_per_second"] > 0 for r in records if r["split"] == "train")
+    assert records[-1]["accuracy"] == full_run.test_accuracy
+    assert (full_run.run_dir / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_manifest_holds_the_training_config(full_run):
+    manifest = read_manifest(full_run.checkpoint)
+    assert manifest["step"] == 60
+    assert manifest["config"]["optimizer"] == {**MLP["optimizer"], "trainable": ["Param"]}
+    assert manifest["config"]["train"]["seed"] == 3
+
+
+def test_resume_reaches_the_parameters_of_an_uninterrupted_run(full_run, tmp_path):
+    first = train(MLP, run_dir=tmp_path, progress=False, stop_at=20)  # an eval step
+    assert first.step == 20 and first.checkpoint.name == "step_00000020"
+    resumed = train(MLP, run_dir=tmp_path, progress=False, resume=True)
+    assert resumed.step == 60
+    want, got = values(full_run.model), values(resumed.model)
+    assert want.keys() == got.keys()
+    for path in want:
+        np.testing.assert_array_equal(want[path], got[path], err_msg=str(path))
+    for path, value in values(full_run.optimizer).items():
+        np.testing.assert_array_equal(value, values(resumed.optimizer)[path], err_msg=str(path))
+    full = rows(full_run.run_dir / "metrics.jsonl")
+    again = rows(tmp_path / "metrics.jsonl")
+    strip = lambda rows: [(r["step"], r["split"], r["loss"]) for r in rows]  # noqa: E731
+    assert strip(again) == strip(full)
+
+
+def test_resume_without_a_checkpoint_starts_at_zero(tmp_path, capsys):
+    from rich.console import Console
+
+    config = {**MLP, "train": {**MLP["train"], "steps": 4, "eval_interval": 2}}
+    result = train(
+        config,
+        run_dir=tmp_path,
+        resume=True,
+        progress=True,
+        console=Console(file=sys.stdout, width=1000),
+    )
+    assert result.step == 4
+    out = capsys.readouterr().out
+    assert "no checkpoint in" in out and "starting from step 0" in out
+    assert "step      2/4  test loss" in out
+
+
+def test_trainable_filter_freezes_other_kinds(tmp_path):
+    config = {
+        "model": {"type": "acme.GatedDense", "in_features": 64, "out_features": 10, "lora_rank": 4},
+        "optimizer": {"type": "sgd", "learning_rate": 0.1, "trainable": ["acme.LoRAParam"]},
+        "data": {"type": "digits", "layout": "flat"},
+        "train": {"steps": 3, "batch_size": 16},
+    }
+    import nnx_plugins
+
+    before = values(nnx_plugins.build(config, rngs=nnx.Rngs(0)))
+    after = values(train(config, run_dir=tmp_path, progress=False).model)
+    changed = sorted(p for p in before if not np.array_equal(before[p], after[p]))
+    assert changed == [("lora_a",), ("lora_b",)]
+
+
+def test_evaluate_a_checkpoint(full_run):
+    metrics = evaluate(MLP, full_run.run_dir / "checkpoints")
+    assert metrics["step"] == 60 and metrics["checkpoint"].endswith("step_00000060")
+    assert metrics["accuracy"] == pytest.approx(full_run.test_accuracy)
+
+
+def test_evaluate_refuses_a_checkpoint_of_another_model(full_run):
+    other = {**MLP, "model": {"type": "Linear", "in_features": 64, "out_features": 10}}
+    with pytest.raises(CheckpointError, match=r"model\.kernel: missing from the checkpoint"):
+        evaluate(other, full_run.checkpoint)
+
+
+@pytest.mark.parametrize(
+    "model, data, match",
+    [
+        (
+            {"type": "Linear", "in_features": 64, "out_features": 5},
+            {"layout": "flat"},
+            r"model: the model must return logits of shape \(batch, 10\) for the 10 classes of digits, got \(2, 5\)",
+        ),
+        (
+            {"type": "Linear", "in_features": 64, "out_features": 10},
+            {"layout": "NHWC"},
+            r"model: the model cannot take a batch of the data \(input shape \(2, 8, 8, 1\)\).*For a "
+            r"convolution use data\.layout: NHWC; for Linear first, flat",
+        ),
+    ],
+)
+def test_model_that_does_not_fit_the_data(tmp_path, model, data, match):
+    with pytest.raises(ConfigError, match=match):
+        train(
+            {"model": model, "data": {"type": "digits", **data}}, run_dir=tmp_path, progress=False
+        )
+
+
+def test_missing_npz_file(tmp_path):
+    config = {"model": MLP["model"], "data": {"type": "npz", "path": str(tmp_path / "none.npz")}}
+    with pytest.raises(DataError, match=r"data\.path: no such file"):
+        train(config, run_dir=tmp_path, progress=False)
+
+
+def test_npz_training(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 3)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    (tmp_path / "c.yaml").write_text(
+        textwrap.dedent("""\
+        model: {type: Linear, in_features: 3, out_features: 2}
+        optimizer: {type: sgd, learning_rate: 0.5}
+        data: {type: npz, path: d.npz, test_fraction: 0.25}
+        train: {epochs: 5, batch_size: 25}
+        """)
+    )
+    result = train(tmp_path / "c.yaml", run_dir=tmp_path / "run", progress=False)
+    assert result.step == 30 and result.test_accuracy > 0.9
+
+
+# -- the command line ------------------------------------------------------------------------
+def test_cli_train_then_eval(tmp_path, capsys):
+    from nnx_plugins.cli._main import main
+
+    config = tmp_path / "mlp.json"
+    config.write_text(json.dumps({**MLP, "train": {**MLP["train"], "steps": 10}}))
+    assert main(["train", str(config), "--run-dir", str(tmp_path / "run"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "trained 10 steps in" in out and "test accuracy: " in out
+    assert main(["eval", str(config), "--checkpoint", str(tmp_path / "run" / "checkpoints")]) == 0
+    assert "(step 10): test accuracy" in capsys.readouterr().out
+    assert main(["eval", str(config), "--checkpoint", str(tmp_path / "nothing")]) == 1
+    assert "nothing:\n  no such directory" in capsys.readouterr().err
+
+
+def test_cli_reports_config_errors_with_locations(tmp_path, capsys):
+    from nnx_plugins.cli._main import main
+
+    config = tmp_path / "bad.yaml"
+    config.write_text(
+        "model: {type: Linear, in_features: 64, out_features: 10}\n"
+        "optimizer: {type: adam, learning_rat: 0.1}\n"
+    )
+    assert main(["train", str(config), "--run-dir", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert f"{config}:2:39: optimizer.learning_rat: unknown argument 'learning_rat'" in err
+    assert "Did you mean 'learning_rate'?" in err
+
+
+@pytest.mark.parametrize(
+    "mesh, match",
+    [
+        (
+            "data=3",
+            r"--mesh data=3,model=1 needs 3 devices but 1 CPU device\(s\) are visible.*"
+            r"xla_force_host_platform_device_count=3",
+        ),
+        (
+            "pipeline=2",
+            r"--mesh expects data=N or data=N,model=M with positive sizes, got 'pipeline=2'",
+        ),
+        ("data=0", r"--mesh expects data=N"),
+        ("model=2", r"--mesh needs a 'data' axis"),
+    ],
+)
+def test_cli_mesh_errors(tmp_path, capsys, mesh, match):
+    import re
+
+    from nnx_plugins.cli._main import main
+
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(MLP))
+    assert main(["train", str(config), "--mesh", mesh, "--run-dir", str(tmp_path)]) == 1
+    assert re.search(match, capsys.readouterr().err)
+
+
+def test_batch_must_divide_over_the_data_axis(tmp_path):
+    config = {**MLP, "train": {**MLP["train"], "batch_size": 30}}
+    script = textwrap.dedent(f"""
+        from nnx_plugins import train
+        try:
+            train({config!r}, run_dir={str(tmp_path)!r}, mesh={{"data": 4}}, progress=False)
+        except ValueError as error:
+            print(error)
+    """)
+    out = _run_with_devices(script, 4)
+    assert "train.batch_size 30 must be divisible by the mesh's data axis (4)" in out
+
+
+# -- many devices ----------------------------------------------------------------------------
+def _run_with_devices(script, count):
+    env = dict(
+        os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={count}", JAX_PLATFORMS="cpu"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+SHARDED = {
+    "model": {
+        "type": "Sequential",
+        "layers": [
+            {
+                "type": "Linear",
+                "in_features": 64,
+                "out_features": 32,
+                "kernel_metadata": {"sharding_names": [None, "model"]},
+            },
+            {"type": "BatchNorm", "num_features": 32},
+            {"type": "relu"},
+            {"type": "Dropout", "rate": 0.2},
+            {
+                "type": "Linear",
+                "in_features": 32,
+                "out_features": 10,
+                "kernel_metadata": {"sharding_names": ["model", None]},
+            },
+        ],
+    },
+    "optimizer": {"type": "adam", "learning_rate": 0.01},
+    "data": {"type": "digits", "layout": "flat"},
+    "train": {"steps": 24, "batch_size": 32, "log_interval": 1, "eval_interval": 12},
+}
+
+
+def test_eight_devices_follow_the_one_device_loss_curve(tmp_path):
+    script = textwrap.dedent(f"""
+        import json, jax
+        from nnx_plugins import train
+        config = {SHARDED!r}
+        curves = {{}}
+        for name, mesh in [("one", None), ("data8", {{"data": 8}}),
+                           ("data4_model2", {{"data": 4, "model": 2}})]:
+            result = train(config, run_dir={str(tmp_path)!r} + "/" + name, mesh=mesh,
+                           progress=False)
+            with open(result.run_dir / "metrics.jsonl") as handle:
+                rows = [json.loads(line) for line in handle]
+            kernel = result.model.layers[0].kernel.value
+            curves[name] = {{
+                "loss": [r["loss"] for r in rows if r["split"] == "train"],
+                "accuracy": result.test_accuracy,
+                "devices": len(kernel.sharding.device_set),
+                "spec": str(kernel.sharding.spec) if mesh else None}}
+        print(json.dumps({{"count": jax.device_count(), "curves": curves}}))
+    """)
+    report = json.loads(_run_with_devices(script, 8).strip().splitlines()[-1])
+    assert report["count"] == 8
+    curves = report["curves"]
+    assert len(curves["one"]["loss"]) == 24
+    for name in ("data8", "data4_model2"):
+        np.testing.assert_allclose(
+            curves[name]["loss"], curves["one"]["loss"], rtol=2e-3, atol=2e-4
+        )
+        assert curves[name]["accuracy"] == pytest.approx(curves["one"]["accuracy"], abs=0.01)
+        assert curves[name]["devices"] == 8
+    assert curves["data4_model2"]["spec"] == "P(None, 'model')"
+    # replicated: 'model' is not a mesh axis of size > 1 here
+    assert curves["data8"]["spec"] == "P()"
+
+
+def test_run_directories_are_never_mixed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps({**MLP, "train": {**MLP["train"], "steps": 2}}))
+    first = train(config, progress=False)
+    second = train(config, progress=False)
+    assert (first.run_dir, second.run_dir) == (
+        tmp_path.joinpath("runs", "tiny").relative_to(tmp_path),
+        tmp_path.joinpath("runs", "tiny-2").relative_to(tmp_path),
+    )
+    assert train(config, progress=False, resume=True).run_dir == second.run_dir
+    with pytest.raises(
+        ValueError,
+        match=r"runs/tiny already holds checkpoints \(newest: "
+        r"step_00000002\)\. Pass --resume \(resume=True\) to continue that run, or "
+        r"choose another --run-dir",
+    ):
+        train(config, run_dir="runs/tiny", progress=False)
+
+
+def test_cli_interrupt_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    from nnx_plugins.cli._main import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_loop, "train", interrupted)
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(MLP))
+    assert main(["train", str(config)]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted. The checkpoints written so far are intact" in err and "--resume" in err
+
+
+def test_resume_with_a_changed_config_and_a_torn_log_line(tmp_path, capsys):
+    from rich.console import Console
+
+    short = {**MLP, "train": {**MLP["train"], "steps": 4, "eval_interval": 2, "log_interval": 2}}
+    train(short, run_dir=tmp_path, progress=False)
+    other = {**short, "optimizer": {"type": "sgd", "learning_rate": 0.1}}
+    with pytest.raises(CheckpointError, match=r"optimizer\.opt_state\[0\]: unexpected entry"):
+        train(other, run_dir=tmp_path, resume=True, progress=False)  # another state structure
+    with open(tmp_path / "metrics.jsonl", "a", encoding="utf-8") as handle:
+        handle.write('{"step": 5, "spl')  # killed mid-write
+    longer = {
+        **short,
+        "optimizer": {  # same state structure, another peak learning rate
+            **MLP["optimizer"],
+            "learning_rate": {**MLP["optimizer"]["learning_rate"], "init_value": 0.005},
+        },
+        "train": {**short["train"], "steps": 6},
+    }
+    console = Console(file=sys.stdout, width=1000)
+    result = train(longer, run_dir=tmp_path, resume=True, progress=True, console=console)
+    out = capsys.readouterr().out
+    assert "note: the optimizer section(s) differ from the checkpoint's config" in out
+    records = rows(tmp_path / "metrics.jsonl")
+    assert result.step == 6 and [r["step"] for r in records if r["split"] == "train"] == [2, 4, 6]
+
+
+def test_resume_of_a_finished_run_trains_nothing(full_run, tmp_path):
+    import shutil
+
+    shutil.copytree(full_run.run_dir, tmp_path / "copy")
+    again = train(MLP, run_dir=tmp_path / "copy", resume=True, progress=False)
+    assert again.step == 60 and again.test_accuracy == full_run.test_accuracy
+    assert again.checkpoint.name == "step_00000060"
+    assert rows(tmp_path / "copy" / "metrics.jsonl") == rows(full_run.run_dir / "metrics.jsonl")
