@@ -61,10 +61,15 @@ def build(name: str, cfg: _gpt.Config, pure: dict[str, Any]) -> Step:
     return run
 
 
-def timed(step: Step) -> tuple[float, Any]:
-    t0 = time.perf_counter()
-    loss = jax.block_until_ready(step())
-    return time.perf_counter() - t0, loss
+def timed(step: Step, n: int = 1) -> tuple[float, float, Any]:
+    """Wall and CPU seconds (this process, all threads) per step over ``n`` steps, and the
+    last loss."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    loss = None
+    for _ in range(n):
+        loss = step()
+    jax.block_until_ready(loss)
+    return (time.perf_counter() - t0) / n, (time.process_time() - c0) / n, loss
 
 
 def check_losses(cfg: _gpt.Config) -> dict[str, Any]:
@@ -90,66 +95,85 @@ def check_losses(cfg: _gpt.Config) -> dict[str, Any]:
     return pure
 
 
-def first_calls(
-    cfg: _gpt.Config, pure: dict[str, Any], rounds: int
-) -> tuple[dict, dict[str, Step]]:
-    """Per variant: first-call and second-call seconds per round; the last round's steps."""
-    times: dict[str, list[tuple[float, float]]] = {name: [] for name in VARIANTS}
+Times = dict[str, list[tuple[float, float]]]  # per variant, per sample: (wall s, CPU s)
+
+
+def first_calls(cfg: _gpt.Config, pure: dict[str, Any], rounds: int) -> tuple[Times, Times, dict]:
+    """Per variant and round: (wall, CPU) of the first call and of the second; the last
+    round's steps (warm, for the steady-state runs)."""
+    first: Times = {name: [] for name in VARIANTS}
+    second: Times = {name: [] for name in VARIANTS}
     steps: dict[str, Step] = {}
     for r in range(rounds):
         order = VARIANTS[r % 3 :] + VARIANTS[: r % 3]
         losses = {}
         for name in order:
             step = build(name, cfg, pure)
-            t_first, loss1 = timed(step)
-            t_second, loss2 = timed(step)
-            times[name].append((t_first, t_second))
+            *t1, loss1 = timed(step)
+            *t2, loss2 = timed(step)
+            first[name].append(tuple(t1))
+            second[name].append(tuple(t2))
             losses[name] = [float(loss1), float(loss2)]
             steps[name] = step
-            print(f"  round {r + 1} {name}: first call {t_first:.2f} s, second {t_second:.3f} s")
+            print(
+                f"  round {r + 1} {name}: first call {t1[0]:.2f} s wall / {t1[1]:.2f} s CPU, "
+                f"second {t2[0]:.2f} / {t2[1]:.2f}",
+                flush=True,
+            )
         np.testing.assert_allclose(
             [losses[n] for n in VARIANTS],
             [losses[PLAIN]] * 3,
             rtol=RTOL,
             err_msg="the three steps disagree on the first two losses",
         )
-    return times, steps
+    return first, second, steps
 
 
-def steady(steps: dict[str, Step], n: int, repeats: int) -> dict[str, list[float]]:
-    """Seconds per step for each variant per repeat, the variants taking turns."""
-    out: dict[str, list[float]] = {name: [] for name in steps}
+def steady(steps: dict[str, Step], n: int, repeats: int) -> Times:
+    """(wall, CPU) seconds per step for each variant per repeat, the variants taking turns."""
+    out: Times = {name: [] for name in steps}
     for _ in range(repeats):
         for name, step in steps.items():
-            t0 = time.perf_counter()
-            loss = None
-            for _ in range(n):
-                loss = step()
-            jax.block_until_ready(loss)
-            out[name].append((time.perf_counter() - t0) / n)
+            wall, cpu, _ = timed(step, n)
+            out[name].append((wall, cpu))
     return out
 
 
-def report(cfg: _gpt.Config, first: dict, per_step: dict[str, list[float]]) -> None:
+def _median(samples: list[tuple[float, float]], i: int) -> float:
+    return statistics.median(x[i] for x in samples)
+
+
+def report(cfg: _gpt.Config, first: Times, second: Times, per_step: Times) -> None:
     tokens = cfg.batch * cfg.seq
-    med = {k: statistics.median(v) for k, v in per_step.items()}
-    print("\n| call path | ms/step (median) | ms/step (min) | x donated plain | tokens/s |")
-    print("|---|---|---|---|---|")
+    wall = {k: _median(v, 0) for k, v in per_step.items()}
+    cpu = {k: _median(v, 1) for k, v in per_step.items()}
+    print("\nsteady state, per step (median over repeats; min wall in brackets)")
+    print("| call path | wall ms | x donated plain | CPU ms | x donated plain | tokens/s |")
+    print("|---|---|---|---|---|---|")
     for name in VARIANTS:
+        low = min(x[0] for x in per_step[name])
         print(
-            f"| {name} | {med[name] * 1e3:.1f} | {min(per_step[name]) * 1e3:.1f} | "
-            f"{med[name] / med[PLAIN]:.3f} | {tokens / med[name]:.0f} |"
+            f"| {name} | {wall[name] * 1e3:.0f} ({low * 1e3:.0f}) | "
+            f"{wall[name] / wall[PLAIN]:.3f} | {cpu[name] * 1e3:.0f} | "
+            f"{cpu[name] / cpu[PLAIN]:.3f} | {tokens / wall[name]:.0f} |"
         )
-    f_med = {k: statistics.median(a for a, _ in v) for k, v in first.items()}
-    c_med = {k: statistics.median(a - b for a, b in v) for k, v in first.items()}
+    compile_ = {
+        k: [(a[0] - b[0], a[1] - b[1]) for a, b in zip(v, second[k])] for k, v in first.items()
+    }
+    print("\nfirst call (median over rounds); trace + compile = first call - second call")
     print(
-        "\n| call path | first call s (median) | x donated plain | trace + compile s | x donated plain |"
+        "| call path | first call wall s | x plain | trace + compile wall s | x plain "
+        "| trace + compile CPU s | x plain |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
+    f_wall = {k: _median(v, 0) for k, v in first.items()}
+    c_wall = {k: _median(v, 0) for k, v in compile_.items()}
+    c_cpu = {k: _median(v, 1) for k, v in compile_.items()}
     for name in VARIANTS:
         print(
-            f"| {name} | {f_med[name]:.2f} | {f_med[name] / f_med[PLAIN]:.3f} | "
-            f"{c_med[name]:.2f} | {c_med[name] / c_med[PLAIN]:.3f} |"
+            f"| {name} | {f_wall[name]:.2f} | {f_wall[name] / f_wall[PLAIN]:.3f} | "
+            f"{c_wall[name]:.2f} | {c_wall[name] / c_wall[PLAIN]:.3f} | "
+            f"{c_cpu[name]:.2f} | {c_cpu[name] / c_cpu[PLAIN]:.3f} |"
         )
 
 
@@ -166,9 +190,9 @@ def main(argv: list[str] | None = None) -> None:
         f"load average {os.getloadavg()[0]:.2f}"
     )
     pure = check_losses(cfg)
-    first, steps = first_calls(cfg, pure, a.rounds)
+    first, second, steps = first_calls(cfg, pure, a.rounds)
     per_step = steady(steps, a.steps, a.repeats)
-    report(cfg, first, per_step)
+    report(cfg, first, second, per_step)
     print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
 
 
