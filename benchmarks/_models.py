@@ -96,7 +96,9 @@ def flax_model(depth: int, seed: int = 0):
         def __init__(self, depth, *, rngs):
             self.count = Count(jnp.array(0))
             self.linear_in = Block(DIN, WIDTH, rngs=rngs)
-            self.intermediates = fnnx.List([Block(WIDTH, WIDTH, rngs=rngs) for _ in range(depth - 2)])
+            self.intermediates = fnnx.List(
+                [Block(WIDTH, WIDTH, rngs=rngs) for _ in range(depth - 2)]
+            )
             self.linear_out = Block(WIDTH, DOUT, rngs=rngs)
 
         def __call__(self, x):
@@ -129,7 +131,11 @@ def flax_steps(depth: int, mode: str):
     if mode == "default":
         return (model, optimizer), fnnx.jit(train_step), fnnx.jit(noop)
     if mode == "jit_partial":
-        return (model, optimizer), fnnx.jit_partial(train_step, model, optimizer, graph=False), fnnx.jit_partial(noop, model, optimizer, graph=False)
+        return (
+            (model, optimizer),
+            fnnx.jit_partial(train_step, model, optimizer, graph=False),
+            fnnx.jit_partial(noop, model, optimizer, graph=False),
+        )
     raise ValueError(mode)
 
 

@@ -92,8 +92,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=5)
     a = p.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.2f}")
-    print("| depth | Variables | op | ours µs | flax.nnx µs | flax / ours | ours cold µs | "
-          "flax.nnx cold µs | flax cold / ours cold |")
+    print(
+        "| depth | Variables | op | ours µs | flax.nnx µs | flax / ours | ours cold µs | "
+        "flax.nnx cold µs | flax cold / ours cold |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for depth in a.depths:
         o, f = measure(depth, a.number, a.rounds)

@@ -101,7 +101,10 @@ def runners(n: int) -> dict[str, Callable[[], object]]:
 
 def cold_split(n: int, copies: int) -> dict[str, Callable[[], float]]:
     """µs of the first split of each of ``copies`` newly built models (made beforehand)."""
-    sides = {"cold split, ours": (nnx, ours_model(n)), "cold split, flax.nnx": (fnnx, flax_model(n))}
+    sides = {
+        "cold split, ours": (nnx, ours_model(n)),
+        "cold split, flax.nnx": (fnnx, flax_model(n)),
+    }
 
     def timer(lib, model):
         def run() -> float:
@@ -153,8 +156,10 @@ def main(argv: list[str] | None = None) -> None:
     rows = {}
     for n in a.sizes:
         rows[n] = measure(n, a.repeats)
-        print(f"measured {n} Variables: " + ", ".join(f"{k} {v:.0f}" for k, v in rows[n].items()),
-              flush=True)
+        print(
+            f"measured {n} Variables: " + ", ".join(f"{k} {v:.0f}" for k, v in rows[n].items()),
+            flush=True,
+        )
     names = list(rows[a.sizes[0]])
     print("\n| Variables | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
@@ -172,8 +177,9 @@ def main(argv: list[str] | None = None) -> None:
     plot(rows, names, fits, a.figure)
 
 
-def plot(rows: dict[int, dict[str, float]], names: list[str], fits: dict[str, float],
-         path: Path) -> None:
+def plot(
+    rows: dict[int, dict[str, float]], names: list[str], fits: dict[str, float], path: Path
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -91,8 +91,12 @@ def plain_runner(box: list, step) -> Runner:
 
 def memory(lowered: jax.stages.Lowered) -> tuple[int, int, int, int]:
     m = lowered.compile().memory_analysis()
-    return (m.argument_size_in_bytes, m.output_size_in_bytes, m.alias_size_in_bytes,
-            m.temp_size_in_bytes)
+    return (
+        m.argument_size_in_bytes,
+        m.output_size_in_bytes,
+        m.alias_size_in_bytes,
+        m.temp_size_in_bytes,
+    )
 
 
 def measure(depth: int, steps: int, repeats: int, with_flax: bool):
@@ -132,8 +136,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-flax", action="store_true")
     a = p.parse_args(argv)
     device = jax.devices()[0]
-    print(f"jax {jax.__version__}, {device.platform}, {len(jax.devices())} device(s); "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"jax {jax.__version__}, {device.platform}, {len(jax.devices())} device(s); "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     for depth in a.depths:
         rows, mem = measure(depth, a.steps, a.repeats, not a.no_flax)
         base_step, base_noop = rows[PLAIN]
@@ -141,8 +147,10 @@ def main(argv: list[str] | None = None) -> None:
         print("| call path | µs/step | x donated plain | no-op µs | no-op x donated plain |")
         print("|---|---|---|---|---|")
         for name, (t_step, t_noop) in rows.items():
-            print(f"| {name} | {t_step:.0f} | {t_step / base_step:.2f} | {t_noop:.0f} | "
-                  f"{t_noop / base_noop:.2f} |")
+            print(
+                f"| {name} | {t_step:.0f} | {t_step / base_step:.2f} | {t_noop:.0f} | "
+                f"{t_noop / base_noop:.2f} |"
+            )
         print(f"\ndepth {depth}: compiled train step, memory_analysis() in bytes")
         print("| call path | argument | output | alias | temp | output - alias + temp |")
         print("|---|---|---|---|---|---|")
@@ -150,7 +158,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"| {name} | {arg} | {out} | {alias} | {temp} | {out - alias + temp} |")
     stats = device.memory_stats()
     peak = stats.get("peak_bytes_in_use") if stats else None
-    print(f"\ndevice memory_stats() peak: {peak if peak is not None else 'not reported by this device'}")
+    print(
+        f"\ndevice memory_stats() peak: {peak if peak is not None else 'not reported by this device'}"
+    )
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
