@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 from numbers import Integral
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +26,7 @@ from ._checks import (
     metadata,
     promote_dtype,
 )
+from ._constraints import Count, Size, Sizes
 from .initializers import Initializer
 
 __all__ = ["Conv", "ConvTranspose"]
@@ -34,8 +35,18 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _DEFAULT_KERNEL_INIT = initializers.lecun_normal()
 _PADDING_NAMES = ("SAME", "SAME_LOWER", "VALID", "CIRCULAR", "CAUSAL")
 
-#: ``"SAME"``, ``"VALID"``, ``"CIRCULAR"``, ``"CAUSAL"``, an int, or per-axis ints / pairs.
-PaddingLike = str | int | Sequence[int | tuple[int, int]]
+#: ``"SAME"``, ``"SAME_LOWER"``, ``"VALID"``, ``"CIRCULAR"``, ``"CAUSAL"``, an int, or per-axis
+#: ints / ``(low, high)`` pairs. (The layers also accept the names in lower case; configs take
+#: the canonical upper-case spelling the layers store.)
+PaddingLike = (
+    Literal["SAME", "SAME_LOWER", "VALID", "CIRCULAR", "CAUSAL"]
+    | Count
+    | Sequence[Count | tuple[Count, Count]]
+)
+#: the paddings of `ConvTranspose`: ``"SAME"``, ``"VALID"``, ``"CIRCULAR"``, ints or pairs.
+TransposePaddingLike = (
+    Literal["SAME", "VALID", "CIRCULAR"] | Count | Sequence[Count | tuple[Count, Count]]
+)
 
 
 def _kernel_size(layer: str, kernel_size: Any) -> tuple[int, ...]:
@@ -75,6 +86,11 @@ def _bad_padding(layer: str, padding: Any, rank: int) -> ValueError:
         f"non-negative ints or (low, high) pairs (one per spatial axis), got {padding!r}. "
         f"Pass e.g. padding='SAME' or padding={((1, 1),) * rank}."
     )
+
+
+def _canonical_padding(padding: Any) -> Any:
+    """A padding name in upper case (the spelling configs use), anything else made hashable."""
+    return padding.upper() if isinstance(padding, str) else frozen(padding)
 
 
 def _as_pair(item: Any) -> tuple[int, int] | None:
@@ -181,15 +197,15 @@ class Conv(Module):
 
     def __init__(
         self,
-        in_features: int,
-        out_features: int,
-        kernel_size: int | Sequence[int],
-        strides: None | int | Sequence[int] = 1,
+        in_features: Size,
+        out_features: Size,
+        kernel_size: Sizes,
+        strides: None | Sizes = 1,
         *,
         padding: PaddingLike = "SAME",
-        input_dilation: None | int | Sequence[int] = 1,
-        kernel_dilation: None | int | Sequence[int] = 1,
-        feature_group_count: int = 1,
+        input_dilation: None | Sizes = 1,
+        kernel_dilation: None | Sizes = 1,
+        feature_group_count: Size = 1,
         use_bias: bool = True,
         mask: jax.Array | None = None,
         dtype: Dtype | None = None,
@@ -207,7 +223,7 @@ class Conv(Module):
         self.kernel_size = _kernel_size("Conv", kernel_size)
         rank = len(self.kernel_size)
         self.strides = frozen(strides)
-        self.padding = frozen(padding)
+        self.padding = _canonical_padding(padding)
         self.input_dilation = frozen(input_dilation)
         self.kernel_dilation = frozen(kernel_dilation)
         self.feature_group_count = feature_group_count
@@ -355,13 +371,13 @@ class ConvTranspose(Module):
 
     def __init__(
         self,
-        in_features: int,
-        out_features: int,
-        kernel_size: int | Sequence[int],
-        strides: int | Sequence[int] | None = None,
+        in_features: Size,
+        out_features: Size,
+        kernel_size: Sizes,
+        strides: Sizes | None = None,
         *,
-        padding: PaddingLike = "SAME",
-        kernel_dilation: int | Sequence[int] | None = None,
+        padding: TransposePaddingLike = "SAME",
+        kernel_dilation: Sizes | None = None,
         use_bias: bool = True,
         mask: jax.Array | None = None,
         dtype: Dtype | None = None,
@@ -380,7 +396,7 @@ class ConvTranspose(Module):
         self.kernel_size = _kernel_size("ConvTranspose", kernel_size)
         rank = len(self.kernel_size)
         self.strides = frozen(strides)
-        self.padding = frozen(padding)
+        self.padding = _canonical_padding(padding)
         self.kernel_dilation = frozen(kernel_dilation)
         _per_axis("ConvTranspose", "strides", self.strides, rank)
         _per_axis("ConvTranspose", "kernel_dilation", self.kernel_dilation, rank)

@@ -10,6 +10,8 @@ import jax.numpy as jnp
 
 from nnx_core import Module, Rngs
 
+from ._constraints import Rate
+
 __all__ = ["Dropout"]
 
 
@@ -60,7 +62,7 @@ class Dropout(Module):
 
     def __init__(
         self,
-        rate: float,
+        rate: Rate,
         *,
         broadcast_dims: Sequence[int] = (),
         deterministic: bool | None = False,

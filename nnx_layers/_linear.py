@@ -18,6 +18,7 @@ from ._checks import (
     metadata,
     promote_dtype,
 )
+from ._constraints import Size
 from .initializers import Initializer
 
 __all__ = ["Linear", "Embed"]
@@ -61,8 +62,8 @@ class Linear(Module):
 
     def __init__(
         self,
-        in_features: int,
-        out_features: int,
+        in_features: Size,
+        out_features: Size,
         *,
         use_bias: bool = True,
         dtype: Dtype | None = None,
@@ -141,8 +142,8 @@ class Embed(Module):
 
     def __init__(
         self,
-        num_embeddings: int,
-        features: int,
+        num_embeddings: Size,
+        features: Size,
         *,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,

@@ -5,6 +5,7 @@ the output dtype is ``module.dtype`` if set, else the promotion of the input and
 The helpers read their settings (``dtype``, ``epsilon``, ``axis_name``, ...) from the layer.
 """
 
+from math import inf
 from numbers import Real
 from typing import Any
 
@@ -103,10 +104,10 @@ def affine_params(
 
 
 def check_epsilon(layer: str, epsilon: Any) -> float:
-    """Return ``epsilon`` as a float, raising unless it is a non-negative number."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, Real) or epsilon < 0:
+    """Return ``epsilon`` as a float, raising unless it is a finite non-negative number."""
+    if isinstance(epsilon, bool) or not isinstance(epsilon, Real) or not 0 <= epsilon < inf:
         raise ValueError(
-            f"{layer} epsilon must be a non-negative number, got {epsilon!r}. "
+            f"{layer} epsilon must be a finite non-negative number, got {epsilon!r}. "
             f"Pass e.g. epsilon=1e-5."
         )
     return float(epsilon)

@@ -6,6 +6,7 @@ the output dtype is ``dtype`` if given, else the promotion of the input and the 
 """
 
 from collections.abc import Mapping, Sequence
+from numbers import Real
 from types import MappingProxyType
 from typing import Any
 
@@ -25,6 +26,7 @@ from ._checks import (
     metadata,
     promote_dtype,
 )
+from ._constraints import NonNegative, Rate, Size
 from ._norm_stats import (
     affine_params,
     check_epsilon,
@@ -38,6 +40,15 @@ from .initializers import Initializer
 __all__ = ["BatchNorm", "LayerNorm", "RMSNorm"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _check_momentum(momentum: Any) -> float:
+    if isinstance(momentum, bool) or not isinstance(momentum, Real) or not 0 <= momentum <= 1:
+        raise ValueError(
+            f"BatchNorm momentum must be a number in [0, 1] (the weight of the running "
+            f"averages), got {momentum!r}. Pass e.g. momentum=0.99."
+        )
+    return float(momentum)
 
 
 class BatchNorm(Module):
@@ -68,7 +79,8 @@ class BatchNorm(Module):
         scale_metadata: metadata for the ``scale`` Param.
 
     Raises:
-        ValueError: for an input whose feature axis is not ``num_features`` wide.
+        ValueError: for a ``momentum`` outside ``[0, 1]`` or a negative ``epsilon``; for an
+            input whose feature axis is not ``num_features`` wide.
         TypeError: for a non-floating input.
 
     Example:
@@ -86,12 +98,12 @@ class BatchNorm(Module):
 
     def __init__(
         self,
-        num_features: int,
+        num_features: Size,
         *,
         use_running_average: bool | None = False,
         axis: int | Sequence[int] = -1,
-        momentum: float = 0.99,
-        epsilon: float = 1e-5,
+        momentum: Rate = 0.99,
+        epsilon: NonNegative = 1e-5,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         use_bias: bool = True,
@@ -108,7 +120,7 @@ class BatchNorm(Module):
         self.num_features = check_positive_int("BatchNorm", "num_features", num_features)
         self.use_running_average = use_running_average
         self.axis = frozen(axis)
-        self.momentum = momentum
+        self.momentum = _check_momentum(momentum)
         self.epsilon = check_epsilon("BatchNorm", epsilon)
         self.dtype = dtype
         self.param_dtype = param_dtype
@@ -206,9 +218,9 @@ class LayerNorm(Module):
 
     def __init__(
         self,
-        num_features: int,
+        num_features: Size,
         *,
-        epsilon: float = 1e-6,
+        epsilon: NonNegative = 1e-6,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         use_bias: bool = True,
@@ -292,9 +304,9 @@ class RMSNorm(Module):
 
     def __init__(
         self,
-        num_features: int,
+        num_features: Size,
         *,
-        epsilon: float = 1e-6,
+        epsilon: NonNegative = 1e-6,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         use_scale: bool = True,

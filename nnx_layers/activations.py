@@ -21,6 +21,8 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
+from ._constraints import Positive
+
 __all__ = [
     "relu",
     "relu6",
@@ -210,8 +212,8 @@ def elu(x: jax.Array, alpha: float = 1.0) -> jax.Array:
     return jax.nn.elu(x, alpha=alpha)
 
 
-def celu(x: jax.Array, alpha: float = 1.0) -> jax.Array:
-    """Continuously differentiable ELU.
+def celu(x: jax.Array, alpha: Positive = 1.0) -> jax.Array:
+    """Continuously differentiable ELU (``alpha > 0``).
 
     Example:
         >>> import jax.numpy as jnp

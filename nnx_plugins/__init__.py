@@ -48,11 +48,15 @@ _EXPORTS = {
     "ConfigError": ".config._errors",
     "Problem": ".config._errors",
     "Config": ".config._load",
+    "ConfigLimits": ".config._limits",
     "load_config": ".config._load",
     "build": ".config._build",
     "to_config": ".config._build",
     "register_section": ".config._sections",
     "config_schema": ".config._schema",
+    "check_model": ".config._shapes",
+    "DataSpec": ".config._shapes",
+    "ModelCheck": ".config._shapes",
     "layer_spec": ".config._fields",
     "LayerSpec": ".config._fields",
     # training and checkpoints
@@ -101,10 +105,14 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .config._errors import Problem as Problem
     from .config._fields import LayerSpec as LayerSpec
     from .config._fields import layer_spec as layer_spec
+    from .config._limits import ConfigLimits as ConfigLimits
     from .config._load import Config as Config
     from .config._load import load_config as load_config
     from .config._schema import config_schema as config_schema
     from .config._sections import register_section as register_section
+    from .config._shapes import DataSpec as DataSpec
+    from .config._shapes import ModelCheck as ModelCheck
+    from .config._shapes import check_model as check_model
     from .registry._discovery import Settings as Settings
     from .registry._errors import NameCollisionError as NameCollisionError
     from .registry._errors import PluginError as PluginError

@@ -41,7 +41,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     Plugin problems print as ``nnx: warning: ...`` / ``nnx: error: ...`` lines naming the
     distribution, its version, the cause and a fix; never as a traceback.
     """
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and isinstance(getattr(args, "overrides", None), list):
+        args.overrides += extra  # (KEY=VALUE after the options; the command checks each)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     with plugin_warnings_as_lines():
         try:
             return int(args.handler(args))

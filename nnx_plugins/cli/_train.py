@@ -8,6 +8,8 @@ Example:
     >>> args = build_parser().parse_args(["train", "cnn.yaml", "--mesh", "data=8", "--resume"])
     >>> args.file, args.mesh, args.resume
     ('cnn.yaml', 'data=8', True)
+    >>> build_parser().parse_args(["train", "cnn.yaml", "train.epochs=5"]).overrides
+    ['train.epochs=5']
 """
 
 from __future__ import annotations
@@ -19,25 +21,31 @@ from typing import Any
 from rich.console import Console
 
 from .._errors import NnxError
+from ._config import one_file
 
 __all__ = ["add_commands"]
 
 
 def _train(args: argparse.Namespace) -> int:
+    from ..config._load import load_config  # (here: listing stays light)
     from ..training._loop import train  # (here: listing stays light)
     from ..training._mesh import parse_mesh  # (here: listing stays light)
     from ..training._run_dir import RunError  # (here: listing stays light)
 
+    given = one_file(args, "train FILE [KEY=VALUE...] [options]")
+    if given is None:
+        return 2
     console = Console(highlight=False)
     try:
         mesh = parse_mesh(args.mesh) if args.mesh else None
         result = train(
-            args.file,
+            load_config(given[0], overrides=given[1]),
             run_dir=args.run_dir,
             resume=args.resume,
             mesh=mesh,
             progress=not args.no_progress,
             console=console,
+            allow_large=args.allow_large,
         )
     except RunError as error:  # the run directory, the devices, the batch
         print(f"nnx: error: {error}", file=sys.stderr)
@@ -91,6 +99,12 @@ def add_commands(subparsers: Any) -> None:
         "file", metavar="FILE", help="config with model/optimizer/data/train/checkpoint"
     )
     parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="set a value by path, e.g. train.epochs=5 (VALUE is YAML); saved resolved in the run",
+    )
+    parser.add_argument(
         "--run-dir",
         metavar="DIR",
         default=None,
@@ -108,6 +122,11 @@ def add_commands(subparsers: Any) -> None:
         help="data-parallel (and model-sharded) training over N*M devices",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--allow-large",
+        action="store_true",
+        help="train even when the memory estimate exceeds the memory available",
+    )
 
     text = "evaluate a checkpoint on the test split of a config's data"
     parser = subparsers.add_parser("eval", help=text, description=text)

@@ -16,7 +16,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import inspect
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,10 +29,11 @@ from nnx_core import Rngs
 from nnx_layers import initializers
 
 from ..registry._registry import Registry, default_registry
+from ._bound import BoundFunction
 from ._errors import ConfigError, Problem
 from ._fields import LAYER_KINDS, FieldSpec, layer_spec
-from ._load import load_config
-from ._source import Source
+from ._load import Config, load_config
+from ._source import Source, source_from
 from ._types import tuplify
 from ._walk import Walker
 
@@ -42,9 +45,11 @@ def _is_node(config: Any) -> bool:
 
 
 class _BuildFailure(Exception):
-    def __init__(self, path: tuple[Any, ...], message: str):
-        super().__init__(message)
-        self.path = path
+    """Every layer that raised while a model was built: ``(path, message, cause)`` each."""
+
+    def __init__(self, failures: list[tuple[tuple[Any, ...], str, BaseException]]):
+        super().__init__(failures[0][1])
+        self.failures = failures
 
 
 def _place(spec_fields: tuple[FieldSpec, ...], values: dict[str, Any]) -> tuple[list, dict]:
@@ -67,8 +72,19 @@ def _place(spec_fields: tuple[FieldSpec, ...], values: dict[str, Any]) -> tuple[
 
 
 class _Builder:
+    """Builds validated nodes; a layer that raises is recorded (with its path) and building
+    goes on with its siblings, so that every failing layer is reported at once."""
+
     def __init__(self, registry: Registry, prefer: Mapping[str, str], rngs: Any):
         self.registry, self.prefer, self.rngs = registry, dict(prefer), rngs
+        self.failures: list[tuple[tuple[Any, ...], str, BaseException]] = []
+
+    def root(self, node: Mapping[str, Any], path: tuple[Any, ...]) -> Any:
+        """Build ``node``; raise `_BuildFailure` listing every layer that raised."""
+        module = self.node(node, path)
+        if self.failures:
+            raise _BuildFailure(self.failures)
+        return module
 
     def value(self, field: FieldSpec, raw: Any, validated: Any, path: tuple[Any, ...]) -> Any:
 
@@ -98,7 +114,7 @@ class _Builder:
         obj = self.registry.get("layer", node["type"], prefer=self.prefer)
         spec = layer_spec(node["type"], obj, registry=self.registry)
         if spec.is_activation:
-            return obj
+            return self.function(spec, node, path)
         if spec.custom:
             data = {k: v for k, v in node.items() if k != "type"}
             validated = spec.model.model_validate(data)
@@ -107,20 +123,33 @@ class _Builder:
         else:
             context = {"registry": self.registry, "prefer": self.prefer}
             validated = spec.model.model_validate(node, context=context)
+            before = len(self.failures)
             values = {
                 f.name: self.value(f, node[f.name], validated, (*path, f.name))
                 for f in spec.fields
                 if f.kind != "opaque"
             }
+            if len(self.failures) > before:
+                return None  # a nested layer failed: this one cannot be built
             args, kwargs = _place(spec.fields, values)
         if spec.takes_rngs:
             kwargs["rngs"] = self.rngs
         try:
             return obj(*args, **kwargs)
         except Exception as error:  # noqa: BLE001 - any layer error is reported with its path
-            raise _BuildFailure(
-                path, f"building {spec.name} raised {type(error).__name__}: {error}"
-            ) from error
+            message = f"building {spec.name} raised {type(error).__name__}: {error}"
+            self.failures.append((path, message, error))
+            return None
+
+    def function(self, spec: Any, node: Mapping[str, Any], path: tuple[Any, ...]) -> Any:
+        """The function itself, or a `BoundFunction` when the node sets arguments."""
+        given = [f for f in spec.fields if f.name in node]
+        if not given:
+            return spec.obj
+        context = {"registry": self.registry, "prefer": self.prefer}
+        validated = spec.model.model_validate(node, context=context)
+        arguments = {f.name: self.value(f, node[f.name], validated, (*path, f.name)) for f in given}
+        return BoundFunction(spec.obj, arguments)
 
 
 def build(config: Any, *, rngs: Any = None, registry: Registry | None = None) -> Any:
@@ -148,16 +177,34 @@ def build(config: Any, *, rngs: Any = None, registry: Registry | None = None) ->
     if rngs is None:
         rngs = Rngs(0)
     try:
-        return _Builder(registry, validated.prefer, rngs).node(validated.model, ("model",))
+        return _Builder(registry, validated.prefer, rngs).root(validated.model, ("model",))
     except _BuildFailure as failure:
-        raise ConfigError(
-            [Problem(failure.path, str(failure), validated.source)]
-        ) from failure.__cause__
+        raise build_error(validated, failure) from failure.failures[0][2]
+
+
+def located(config: Config) -> Source:
+    """The positions of a loaded config's values, read again from its file (none for a dict)."""
+    if os.path.isfile(config.source):
+        try:
+            return source_from(config.source)
+        except ConfigError:  # (changed since it was loaded: report without positions)
+            pass
+    return Source(config.source, config.model)
+
+
+def build_error(config: Config, failure: _BuildFailure) -> ConfigError:
+    """The `ConfigError` of a failed build: each failing layer at its path and position."""
+    source = located(config)
+    return ConfigError([source.problem(path, message) for path, message, _ in failure.failures])
 
 
 def _raw(module: Any, path: tuple[Any, ...], registry: Registry) -> dict[str, Any]:
     """The config of ``module`` with Python values (dtypes, initializer objects, functions)."""
 
+    if isinstance(module, BoundFunction):
+        return {"type": registry.name_of(module.function), **module.arguments}
+    if isinstance(module, functools.partial) and not module.args:
+        return {"type": registry.name_of(module.func), **module.keywords}
     if not isinstance(module, nnx_core.Module):
         return {"type": registry.name_of(module)}
     name = registry.name_of(type(module))

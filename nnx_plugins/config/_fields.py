@@ -1,11 +1,14 @@
 """Deriving a layer's config model from its ``__init__`` signature and annotations.
 
-Every parameter except ``self`` and ``rngs`` becomes a field. Its *kind* decides how a config
-spells it: ``plain`` (validated against the annotation), ``dtype`` (a name), ``initializer``
-(a name or ``{type: name, ...arguments}``), ``activation`` (a registered name), ``layer`` /
-``layers`` / ``layer_map`` (nested layer configs), or ``opaque`` (not expressible in a config:
-the field is left out and must keep its default). A layer may instead supply its own pydantic
-model as the class attribute ``config_model``.
+Every parameter except ``self`` and ``rngs`` becomes a field; for a function registered as a
+layer (an activation such as ``leaky_relu``), every parameter after the first (the input).
+Its *kind* decides how a config spells it: ``plain`` (validated against the annotation, with
+strict scalars and the constraints it declares: ``Literal`` strings,
+``Annotated[float, annotated_types.Interval(...)]`` ranges), ``dtype`` (a name),
+``initializer`` (a name or ``{type: name, ...arguments}``), ``activation`` (a registered name),
+``layer`` / ``layers`` / ``layer_map`` (nested layer configs), or ``opaque`` (not expressible in
+a config: the field is left out and must keep its default). A layer may instead supply its own
+pydantic model as the class attribute ``config_model``.
 
 Example:
     >>> from nnx_plugins import layer_spec
@@ -15,6 +18,9 @@ Example:
     [('in_features', 'plain'), ('out_features', 'plain'), ('use_bias', 'plain'), ('dtype', 'dtype')]
     >>> spec.required
     ('in_features', 'out_features')
+    >>> from nnx_layers import leaky_relu
+    >>> [(f.name, f.default) for f in layer_spec("leaky_relu", leaky_relu).fields]
+    [('negative_slope', 0.01)]
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import nnx_core
 
 from ..registry._registry import default_registry
+from ._scalars import strict_type
 from ._types import (
     activation_type,
     dtype_type,
@@ -60,6 +67,7 @@ class FieldSpec:
     default: Any
     parameter_kind: inspect._ParameterKind
     optional: bool = False
+    accepts: tuple[type, ...] = ()
 
     @property
     def required(self) -> bool:
@@ -79,6 +87,9 @@ class LayerSpec:
         model: the pydantic model validating one config mapping (nested layers unchecked).
         custom: ``True`` if the layer supplied ``config_model`` itself.
         takes_rngs: whether the constructor has an ``rngs`` parameter.
+
+    A field of a nested-layer kind has ``accepts``: the Module classes its annotation names
+    (empty when any layer will do, as for ``Module`` or ``Callable``).
     """
 
     name: str
@@ -130,6 +141,20 @@ def _layer_shape(annotation: Any) -> str | None:
     if origin in (dict, cabc.Mapping) and len(args) == 2 and _layer_shape(args[1]) == "one":
         return "dict"
     return None
+
+
+def _module_classes(annotation: Any) -> tuple[type, ...]:
+    """The Module subclasses a nested-layer annotation asks for; ``()`` if any layer will do."""
+    inner, _ = _strip_optional(annotation)
+    origin, args = _origin_args(inner)
+    if origin in (list, tuple, cabc.Sequence):
+        return _module_classes(args[0]) if args else ()
+    if origin in (dict, cabc.Mapping):
+        return _module_classes(args[1]) if len(args) == 2 else ()
+    members = args if origin in (typing.Union, types.UnionType) else (inner,)
+    if any(m is nnx_core.Module or not _is_module(m) for m in members):
+        return ()
+    return tuple(members)
 
 
 def _is_callable_annotation(annotation: Any) -> bool:
@@ -184,12 +209,13 @@ def _classify(param: inspect.Parameter, annotation: Any) -> str:
 def _plain_type(annotation: Any) -> Any:
     if annotation is _EMPTY:
         return Any
+    strict = strict_type(annotation)
     try:
-        adapter = pydantic.TypeAdapter(annotation)
+        adapter = pydantic.TypeAdapter(strict)
         adapter.json_schema()
     except Exception:  # noqa: BLE001 - anything pydantic cannot model is accepted as-is
         return Any
-    return annotation
+    return strict
 
 
 def _field_type(spec: FieldSpec) -> Any:
@@ -201,10 +227,10 @@ def _field_type(spec: FieldSpec) -> Any:
         return activation_type()
     if spec.kind == "layer":
         return layer_type("optional" if spec.optional else "one")
-    if spec.kind == "layers":
-        return layer_type("list")
-    if spec.kind == "layer_map":
-        return layer_type("dict")
+    if spec.kind in ("layers", "layer_map"):
+        shape = layer_type("list" if spec.kind == "layers" else "dict")
+        varargs = spec.parameter_kind is inspect.Parameter.VAR_POSITIONAL
+        return shape | None if spec.optional and not varargs else shape
     return _plain_type(spec.annotation)
 
 
@@ -223,11 +249,27 @@ def _pydantic_default(spec: FieldSpec, registry: Any) -> Any:
     return to_json(default) if spec.kind == "plain" else default
 
 
-def _hints(obj: Any) -> dict[str, Any]:
+def _hints(target: Any) -> dict[str, Any]:
     try:
-        return typing.get_type_hints(obj.__init__)
+        return typing.get_type_hints(target, include_extras=True)
     except Exception:  # noqa: BLE001 - unresolvable annotations: fall back to the raw ones
-        return dict(getattr(obj.__init__, "__annotations__", {}))
+        return dict(getattr(target, "__annotations__", {}))
+
+
+def _parameters(obj: Any) -> tuple[list[inspect.Parameter], dict[str, Any]]:
+    """The parameters a config may set, and their annotations: a class's ``__init__`` minus
+    ``self``; a function's parameters after its input (none if it has no signature)."""
+    target = obj.__init__ if isinstance(obj, type) else obj
+    try:
+        parameters = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):  # a builtin or C function: nothing a config can set
+        return [], {}
+    if isinstance(obj, type):
+        parameters = parameters[1:] if parameters and parameters[0].name == "self" else parameters
+    else:
+        skipped = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL)
+        parameters = [p for p in parameters[1:] if p.kind not in skipped and p.name != "rngs"]
+    return parameters, _hints(target)
 
 
 def _activation_default_ok(default: Any, registry: Any) -> bool:
@@ -241,12 +283,9 @@ def _activation_default_ok(default: Any, registry: Any) -> bool:
 
 
 def _derive_fields(obj: Any, registry: Any) -> tuple[tuple[FieldSpec, ...], bool]:
-    signature = inspect.signature(obj.__init__)
-    hints = _hints(obj)
+    parameters, hints = _parameters(obj)
     fields, takes_rngs = [], False
-    for i, param in enumerate(signature.parameters.values()):
-        if i == 0 and param.name == "self":
-            continue
+    for param in parameters:
         if param.name == "rngs":
             takes_rngs = True
             continue
@@ -257,6 +296,7 @@ def _derive_fields(obj: Any, registry: Any) -> tuple[tuple[FieldSpec, ...], bool
         kind = _classify(param, annotation)
         if kind == "activation" and not _activation_default_ok(param.default, registry):
             kind = "opaque"
+        accepts = _module_classes(annotation) if kind in LAYER_KINDS else ()
         fields.append(
             FieldSpec(
                 param.name,
@@ -265,6 +305,7 @@ def _derive_fields(obj: Any, registry: Any) -> tuple[tuple[FieldSpec, ...], bool
                 param.default,
                 param.kind,
                 optional or param.default is None,
+                accepts,
             )
         )
     return tuple(fields), takes_rngs
@@ -307,15 +348,10 @@ def layer_spec(name: str, obj: Any, *, registry: Any = None) -> LayerSpec:
         return _CACHE[key]
     if registry is None:
         registry = default_registry()
+    fields, takes_rngs = _derive_fields(obj, registry)
     if not isinstance(obj, type):
-        model = pydantic.create_model(
-            f"{name.replace('.', '_')}Config",
-            __config__=ConfigDict(extra="forbid", title=name),
-            type_=(Literal[name], Field(alias="type")),
-        )
-        spec = LayerSpec(name, obj, (), model)
+        spec = LayerSpec(name, obj, fields, _make_model(name, fields, registry))
     else:
-        fields, takes_rngs = _derive_fields(obj, registry)
         custom = getattr(obj, "config_model", None)
         if custom is not None:
             if not (isinstance(custom, type) and issubclass(custom, BaseModel)):

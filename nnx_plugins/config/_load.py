@@ -1,6 +1,10 @@
 """Reading and validating configs: `load_config` returns a `Config`, or one `ConfigError` listing
 every problem with its ``file:line:col``. Nothing is built here (see `_build`).
 
+The stages: read the file within the limits (`_source`, `_limits`), merge its includes and
+apply the overrides (`_compose`), resolve ``${...}`` (`_interpolate`), then validate every
+section (`_walk`, `_sections`) and fill in the defaults.
+
 Example:
     >>> from nnx_plugins import load_config
     >>> config = load_config({"model": {
@@ -16,16 +20,21 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pydantic
+import yaml
 
 from .._text import suggest
 from ..registry._registry import Registry, default_registry
-from ._errors import ConfigError
+from ._compose import INCLUDE, compose
+from ._errors import ConfigError, Problem
+from ._interpolate import escape, interpolate
+from ._limits import Budget, ConfigLimits
 from ._sections import RESERVED, PluginsSection, registered_sections
-from ._source import Source, source_from
+from ._source import Source
 from ._walk import Walker, describe
 
 __all__ = ["Config", "load_config"]
@@ -50,7 +59,15 @@ class Config:
     source: str = "<dict>"
 
     def to_dict(self) -> dict[str, Any]:
-        """The whole config as plain data (registered sections dumped to JSON types)."""
+        """The whole resolved config as plain data that `load_config` reads back to an equal
+        `Config`: registered sections dumped to JSON types, and a literal ``${`` in a string
+        written ``\\${`` (so it is not taken for an interpolation).
+
+        Example:
+            >>> from nnx_plugins import load_config
+            >>> load_config({"model": {"type": "relu"}}).to_dict()
+            {'model': {'type': 'relu'}}
+        """
         data: dict[str, Any] = {"model": self.model}
         if self.prefer:
             data["plugins"] = {"prefer": dict(self.prefer)}
@@ -58,7 +75,33 @@ class Config:
             data[name] = (
                 value.model_dump(mode="json") if isinstance(value, pydantic.BaseModel) else value
             )
-        return data
+        return _escaped(data)
+
+    def to_yaml(self) -> str:
+        """`to_dict` as YAML: what ``nnx config show`` prints and ``nnx train`` saves.
+
+        Example:
+            >>> from nnx_plugins import load_config
+            >>> print(load_config({"model": {"type": "Dropout", "rate": 0.5}}).to_yaml())
+            model:
+              type: Dropout
+              rate: 0.5
+              broadcast_dims: []
+              deterministic: false
+              rng_collection: dropout
+            <BLANKLINE>
+        """
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+
+def _escaped(value: Any) -> Any:
+    if isinstance(value, str):
+        return escape(value)
+    if isinstance(value, dict):
+        return {key: _escaped(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_escaped(item) for item in value]
+    return value
 
 
 def _section_problems(
@@ -81,12 +124,14 @@ def _section_problems(
     return None
 
 
-def _validate(source: Source, registry: Registry) -> Config:
+def _validate(source: Source, registry: Registry, unresolved: frozenset[Any]) -> Config:
+    """Validate the composed ``source``; a value whose interpolation failed (``unresolved``
+    paths) is already reported, so what validation says about it is left out."""
     data = source.data
     walker = Walker(source, registry)
     if not isinstance(data, Mapping):
         walker.add((), f"expected a mapping with a 'model' section, got {describe(data)}.")
-        raise ConfigError(walker.problems)
+        raise ConfigError(_in_order(walker.problems, source, unresolved))
     models = registered_sections(registry)
     known = [*RESERVED, *models]
     sections: dict[str, Any] = {}
@@ -98,7 +143,7 @@ def _validate(source: Source, registry: Registry) -> Config:
         if model is not None:
             sections[key] = _section_problems(walker, key, model, value)
         else:
-            close = suggest(key, [k for k in known if k not in data])
+            close = suggest(key, [*known, INCLUDE])
             walker.add(
                 (key,),
                 f"unknown section {key!r}.{close} Known sections: {', '.join(sorted(known))}.",
@@ -106,24 +151,56 @@ def _validate(source: Source, registry: Registry) -> Config:
             )
     if "model" not in data:
         walker.add((), "missing the 'model' section describing the layers.")
-        raise ConfigError(walker.problems)
+        raise ConfigError(_in_order(walker.problems, source, unresolved))
     walker.prefer = dict(plugins.prefer) if plugins is not None else {}
     normalized = walker.node(data["model"], ("model",))
-    if walker.problems or normalized is None:
-        problems = sorted(
-            walker.problems, key=lambda p: (p.line is None, p.line or 0, p.column or 0)
-        )
-        raise ConfigError(problems)
+    if walker.problems or source.problems or normalized is None:
+        raise ConfigError(_in_order(walker.problems, source, unresolved))
     return Config(normalized, sections, walker.prefer, source.name)
 
 
-def load_config(config: Any, *, registry: Registry | None = None) -> Config:
-    """Read and validate a config: a YAML/JSON file path, or a mapping.
+def _in_order(problems: list[Problem], source: Source, unresolved: frozenset[Any]) -> list[Problem]:
+    """The reader's and validation's problems by file (the config first, then includes, then
+    overrides), line and column; none about a value whose interpolation failed."""
+    problems = [
+        *source.problems,
+        *(p for p in problems if not any(p.path[: len(u)] == u for u in unresolved)),
+    ]
+    files = {name: rank for rank, name in enumerate(dict.fromkeys(source.files.values()), 1)}
+    files[source.name] = 0
+    return sorted(
+        problems,
+        key=lambda p: (
+            files.get(p.source, len(files)),
+            p.line is None,
+            p.line or 0,
+            p.column or 0,
+        ),
+    )
+
+
+def load_config(
+    config: Any,
+    *,
+    overrides: Sequence[str] = (),
+    registry: Registry | None = None,
+    limits: ConfigLimits | None = None,
+) -> Config:
+    """Read, compose and validate a config: a YAML/JSON file path, or a mapping.
+
+    A top-level ``include: [base.yaml, ...]`` merges other files under it, ``overrides``
+    (``"train.epochs=5"``, ``"model.layers[1].out_features=64"``) are applied next, then every
+    ``${dotted.path}`` is resolved; the result is validated as one config, each problem located
+    in the file (or override) it came from.
 
     Args:
         config: ``"model.yaml"``, ``"model.json"``, a `pathlib.Path`, or a dict with a ``model``
-            section.
+            section (its includes are relative to the current directory).
+        overrides: ``KEY=VALUE`` strings; KEY is a dotted path with list indices, VALUE is read
+            as YAML. A later override of the same key wins.
         registry: where layer names resolve; `default_registry()` when omitted.
+        limits: bounds on bytes, nesting, values and files read; `ConfigLimits.from_env()`
+            (the defaults, or the ``NNX_CONFIG_MAX_*`` variables) when omitted.
 
     Returns:
         The validated `Config`. Nothing is built.
@@ -138,11 +215,33 @@ def load_config(config: Any, *, registry: Registry | None = None) -> Config:
         ... except ConfigError as error:
         ...     print(error.problems[0].message)
         unknown key 'in_feature' for Linear. Did you mean 'in_features'? Valid keys: ...
+        >>> load_config({"model": {"type": "Linear", "in_features": 2, "out_features": 3}},
+        ...             overrides=["model.out_features=8"]).model["out_features"]
+        8
     """
     if isinstance(config, Config):
-        return config
+        if not overrides:
+            return config
+        config = config.to_dict()
     if not isinstance(config, (Mapping, str, os.PathLike, Source)):
         raise TypeError(
             f"load_config expects a file path or a mapping, got {type(config).__name__}."
         )
-    return _validate(source_from(config), registry or default_registry())
+    if isinstance(overrides, str):
+        raise TypeError(
+            f"load_config(overrides=...) takes a list of KEY=VALUE strings, got the string "
+            f"{overrides!r}; write overrides=[{overrides!r}]."
+        )
+    name = "<dict>" if isinstance(config, Mapping) else str(config)
+    budget = Budget(limits or ConfigLimits.from_env(), name)
+    try:
+        source = compose(config, list(overrides), budget)
+        unresolved = interpolate(source, budget)
+        return _validate(source, registry or default_registry(), unresolved)
+    except RecursionError:  # (only with a max_depth raised past what Python's stack holds)
+        message = (
+            f"the config is nested too deeply for Python's recursion limit "
+            f"({sys.getrecursionlimit()}) under max_depth={budget.limits.max_depth}; lower "
+            "NNX_CONFIG_MAX_DEPTH (or ConfigLimits(max_depth=...)) or flatten the config."
+        )
+        raise ConfigError([Problem((), message, name)]) from None

@@ -5,6 +5,7 @@ tools add theirs as pydantic models, published in the ``nnx.config_sections`` en
 group (the training package publishes ``optimizer``, ``data``, ``train`` and ``checkpoint``
 this way) or registered in-process with `register_section`. A known section is validated with
 its model (errors carry locations like any other problem); an unknown one is an error.
+``include`` is not a section: the reader merges the files it names (see `_compose`).
 
 Example:
     >>> import pydantic
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["PluginsSection", "register_section", "registered_sections", "RESERVED"]
 
 RESERVED = ("model", "plugins")
+_READER_KEYS = ("include",)  # (the reader's own top-level key; no section may take it)
 
 
 class PluginsSection(pydantic.BaseModel):
@@ -53,7 +55,7 @@ def register_section(name: str, model: type[pydantic.BaseModel]) -> type[pydanti
         raise TypeError(
             f"register_section({name!r}, ...) expects a pydantic BaseModel subclass, got {model!r}."
         )
-    if name in RESERVED:
+    if name in RESERVED or name in _READER_KEYS:
         raise ValueError(f"The config section {name!r} is reserved by nnx_plugins.")
     holder = _SECTIONS.get(name)
     if holder is not None and holder is not model:

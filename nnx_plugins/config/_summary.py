@@ -26,7 +26,7 @@ from .._text import format_path
 from ._build import build
 from ._load import Config, load_config
 
-__all__ = ["VariableRow", "LayerRow", "Summary", "summarize"]
+__all__ = ["VariableRow", "LayerRow", "Summary", "summarize", "owner_node"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,9 +56,12 @@ class LayerRow:
 
 @dataclasses.dataclass(frozen=True)
 class Summary:
+    """The tables of `summarize`; ``state`` is the model's abstract state."""
+
     config: Config
     layers: tuple[LayerRow, ...]
     by_kind: dict[str, tuple[int, int]]
+    state: Any = None
 
     @property
     def total_count(self) -> int:
@@ -77,7 +80,9 @@ def _itemsize(struct: Any) -> int:
     return np.dtype(struct.dtype).itemsize
 
 
-def _owner(model: dict[str, Any], path: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def owner_node(
+    model: dict[str, Any], path: tuple[Any, ...]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The deepest config node along ``path`` and its path (config attributes mirror fields)."""
     node: Any = model
     where: tuple[Any, ...] = ()
@@ -112,7 +117,7 @@ def summarize(config: Any, *, registry: Any = None) -> Summary:
     rows: dict[tuple[Any, ...], tuple[str, list[VariableRow]]] = {}
     by_kind: dict[str, tuple[int, int]] = {}
     for path, variable in abstract.flat_state():
-        where, node = _owner(validated.model, tuple(path))
+        where, node = owner_node(validated.model, tuple(path))
         struct = variable.value
         count = math.prod(struct.shape)
         nbytes = count * _itemsize(struct)
@@ -126,4 +131,4 @@ def summarize(config: Any, *, registry: Any = None) -> Summary:
         LayerRow(format_path(("model", *where)), kind, tuple(items))
         for where, (kind, items) in rows.items()
     )
-    return Summary(validated, layers, by_kind)
+    return Summary(validated, layers, by_kind, abstract)

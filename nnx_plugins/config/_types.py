@@ -15,11 +15,13 @@ Example:
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from typing import Annotated, Any
 
 import jax.numpy as jnp
 import numpy as np
+import pydantic
 from pydantic import PlainValidator, ValidationInfo, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
@@ -27,6 +29,8 @@ from nnx_layers import initializers
 
 from .._text import suggest
 from ..registry._registry import default_registry
+from ._messages import condense
+from ._scalars import strict_type
 
 __all__ = [
     "DTYPE_NAMES",
@@ -152,13 +156,31 @@ def normalize_initializer(value: Any) -> dict[str, Any]:
         )
     try:
         init = initializers.get(name, **tuplify(spec))
-        return {"type": init.name, **to_json(init.config())}
     except Exception as error:  # noqa: BLE001 - report any bad argument as a config problem
         raise PydanticCustomError(
             "initializer",
             "invalid arguments for initializer {name}: {error}",
             {"name": repr(name), "error": str(error).split("\n")[0]},
         ) from None
+    _check_initializer_arguments(name, type(init), spec)
+    return {"type": init.name, **to_json(init.config())}
+
+
+def _check_initializer_arguments(name: str, cls: type, arguments: Mapping[str, Any]) -> None:
+    """Strict scalars for an initializer's arguments (typed by its dataclass fields)."""
+    hints = typing.get_type_hints(cls)
+    for key, value in arguments.items():
+        if key not in hints:
+            continue
+        try:
+            pydantic.TypeAdapter(strict_type(hints[key])).validate_python(value)
+        except pydantic.ValidationError as error:
+            _, message, _ = condense(error.errors(include_url=False), keep=0)[0]
+            raise PydanticCustomError(
+                "initializer",
+                "invalid argument {key} for initializer {name}: {message} (got {value}).",
+                {"key": repr(key), "name": repr(name), "message": message, "value": repr(value)},
+            ) from None
 
 
 def _normalize_activation(value: Any, info: ValidationInfo) -> str | None:

@@ -2,7 +2,12 @@
 
 The walker resolves each node's ``type`` through the registry (importing only the plugins the
 config names), validates the node with the layer's pydantic model, and recurses into nested
-layer fields itself so that every problem gets its full path and file position.
+layer fields itself so that every problem gets its full path and file position. A nested node
+must be a layer of the class the field's annotation names (``cell: RNNCellBase``).
+
+A function layer's node keeps only the arguments that differ from the function's defaults:
+``{type: leaky_relu, negative_slope: 0.01}`` normalizes to ``{type: leaky_relu}``, which builds
+the bare function.
 """
 
 from __future__ import annotations
@@ -15,13 +20,23 @@ import pydantic
 from .._text import close_matches, suggest
 from ..registry._errors import PluginError
 from ._errors import Problem
-from ._fields import LAYER_KINDS, LayerSpec, layer_spec
+from ._fields import LAYER_KINDS, FieldSpec, LayerSpec, layer_spec
+from ._messages import condense
 from ._source import Source
 from ._types import to_json
 
 __all__ = ["Walker", "describe"]
 
 Path = tuple[Any, ...]
+#: errors of the config's own field types, whose messages already say what was received
+_OWN_ERRORS = ("dtype", "initializer", "activation")
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of the same types (``1 == 1.0 == True`` do not count)."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
 
 
 def describe(value: Any) -> str:
@@ -77,30 +92,56 @@ class Walker:
             )
             return None
 
-    def node(self, value: Any, path: Path) -> dict[str, Any] | None:
-        """Return the normalized node at ``path``, or ``None`` after recording its problems."""
+    def node(
+        self, value: Any, path: Path, *, within: tuple[str, FieldSpec] | None = None
+    ) -> dict[str, Any] | None:
+        """Return the normalized node at ``path``, or ``None`` after recording its problems.
+
+        ``within`` names the parent layer and field a nested node fills, to check its class.
+        """
         before = len(self.problems)
         spec = self.spec_of(value, path)
         if spec is None:
             return None
+        if within is not None:
+            self._check_accepted(spec, within, path)
         normalized = self._validate(spec, value, path)
         if not spec.custom:
             for field in spec.fields:
                 if field.kind in LAYER_KINDS and field.name in value:
                     child = self._children(
-                        field.kind, field.optional, value[field.name], (*path, field.name)
+                        (spec.name, field), value[field.name], (*path, field.name)
                     )
                     if normalized is not None:
                         normalized[field.name] = child
         return normalized if len(self.problems) == before else None
 
-    def _children(self, kind: str, optional: bool, value: Any, path: Path) -> Any:
-        if kind == "layer":
-            return None if value is None and optional else self.node(value, path)
-        if kind == "layers" and isinstance(value, (list, tuple)):
-            return [self.node(item, (*path, i)) for i, item in enumerate(value)]
-        if kind == "layer_map" and isinstance(value, Mapping):
-            return {key: self.node(item, (*path, key)) for key, item in value.items()}
+    def _check_accepted(self, spec: LayerSpec, within: tuple[str, FieldSpec], path: Path) -> None:
+        parent, field = within
+        if not field.accepts or (
+            isinstance(spec.obj, type) and issubclass(spec.obj, field.accepts)
+        ):
+            return
+        wanted = " or ".join(c.__qualname__ for c in field.accepts)
+        got = spec.obj.__qualname__ if isinstance(spec.obj, type) else "a function"
+        self.add(
+            (*path, "type"),
+            f"{parent}.{field.name} takes a {wanted} layer, got {spec.name!r} ({got}). "
+            f"Give a layer whose class is a {wanted}.",
+        )
+
+    def _children(self, within: tuple[str, FieldSpec], value: Any, path: Path) -> Any:
+        field = within[1]
+        if field.kind == "layer":
+            return (
+                None if value is None and field.optional else self.node(value, path, within=within)
+            )
+        if field.kind == "layers" and isinstance(value, (list, tuple)):
+            return [self.node(item, (*path, i), within=within) for i, item in enumerate(value)]
+        if field.kind == "layer_map" and isinstance(value, Mapping):
+            return {
+                key: self.node(item, (*path, key), within=within) for key, item in value.items()
+            }
         return None  # wrong container type: reported by the pydantic model
 
     def _validate(self, spec: LayerSpec, value: Mapping, path: Path) -> dict[str, Any] | None:
@@ -130,6 +171,13 @@ class Walker:
                 normalized[key] = to_json(item)
             except TypeError as problem:
                 self.add((*path, key), f"{problem}.")
+        if spec.is_activation:  # a function layer names only what differs from its defaults
+            defaults = {n: f.default for n, f in spec.model.model_fields.items() if n != "type_"}
+            for field in spec.fields:
+                default = defaults.get(f"f_{field.name}")
+                if field.name in normalized and not field.required:
+                    if _same(normalized[field.name], to_json(default)):
+                        del normalized[field.name]
         return normalized
 
     def _report(self, error: pydantic.ValidationError, spec: LayerSpec, path: Path) -> None:
@@ -143,7 +191,8 @@ class Walker:
             if item["type"] == "extra_forbidden" and len(item["loc"]) == 1
             for close in close_matches(item["loc"][0], names)[:1]
         }
-        for item in items:
+        plain = [i for i in items if i["type"] in ("missing", "extra_forbidden")]
+        for item in plain:
             loc = tuple(item["loc"])
             if item["type"] == "missing" and len(loc) == 1 and loc[0] in misspelt:
                 continue  # the misspelt key's "did you mean" already says it
@@ -158,23 +207,10 @@ class Walker:
                     f"Valid keys: {', '.join(names)}."
                 )
                 self.add(where, reason, at_key=True)
-            elif kind == "missing":
-                position = self.source.value_position(where[:-1])
-                line, column = position if position else (None, None)
-                self.problems.append(
-                    Problem(
-                        where,
-                        f"missing required key {loc[-1]!r} for {spec.name}.",
-                        self.source.name,
-                        line,
-                        column,
-                    )
-                )
-            else:
-                got = (
-                    ""
-                    if kind.startswith(("dtype", "initializer", "activation"))
-                    else (f" (got {describe(item.get('input'))})")
-                )
-                text = f"{item['msg']}{got}"
-                self.add(where, text if text.endswith((".", "?")) else f"{text}.")
+            elif kind == "missing":  # (located at the node: the file it came from)
+                self.add(where, f"missing required key {loc[-1]!r} for {spec.name}.")
+        others = [i for i in items if i not in plain]
+        custom = {tuple(i["loc"]) for i in others if i["type"].startswith(_OWN_ERRORS)}
+        for loc, message, received in condense(others):
+            text = message if loc in custom else f"{message} (got {describe(received)})"
+            self.add((*path, *loc), text if text.endswith((".", "?")) else f"{text}.")

@@ -27,11 +27,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 import operator
 import os
 import pathlib
+import re
 import types
 import typing
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
@@ -47,7 +50,10 @@ import nnx_core
 from .._text import suggest
 from ..config._errors import ConfigError, Problem
 from ..config._load import load_config
+from ..config._messages import condense
+from ..config._scalars import strict_type
 from ..registry._registry import default_registry
+from ._preflight import data_spec
 
 __all__ = [
     "OptimizerSection",
@@ -60,8 +66,20 @@ __all__ = [
     "make_optimizer",
 ]
 
-PositiveInt = Annotated[int, pydantic.Field(gt=0, strict=True)]
-PositiveFloat = Annotated[float, pydantic.Field(gt=0)]
+#: counts (steps, batch sizes, intervals): strict ints that fit in 32 bits
+PositiveInt = Annotated[int, pydantic.Field(gt=0, le=2**31 - 1, strict=True)]
+#: strict finite positive floats (no bool, no inf/nan)
+PositiveFloat = Annotated[float, pydantic.Field(gt=0, strict=True, allow_inf_nan=False)]
+#: ranges of optimizer arguments optax does not check itself, by argument name
+_RANGES: dict[str, tuple[float, float, str]] = {
+    "learning_rate": (0.0, math.inf, "a finite number >= 0"),
+    "b1": (0.0, 1.0, "a number in [0, 1)"),
+    "b2": (0.0, 1.0, "a number in [0, 1)"),
+    "momentum": (0.0, 1.0, "a number in [0, 1)"),
+    "decay": (0.0, 1.0, "a number in [0, 1)"),
+    "eps": (0.0, math.inf, "a finite number >= 0"),
+    "weight_decay": (0.0, math.inf, "a finite number >= 0"),
+}
 
 # optax functions with a ``learning_rate`` argument that are not optimizers a user would pick.
 _NOT_OPTIMIZERS = frozenset({"scale_by_learning_rate", "scale_by_rprop", "lbfgs"})
@@ -164,10 +182,9 @@ class _Problems:
         error = PydanticCustomError("nnx_training", message.replace("{", "(").replace("}", ")"))
         self.items.append(InitErrorDetails(type=error, loc=loc, input=value))
 
-    def extend(self, error: ValidationError, prefix: tuple[Any, ...]) -> None:
-        for item in error.errors(include_url=False):
-            message = item["msg"]
-            self.add((*prefix, *item["loc"]), message, item.get("input"))
+    def extend(self, error: ValidationError, prefix: tuple[Any, ...], *, keep: int = 0) -> None:
+        for loc, message, value in condense(error.errors(include_url=False), keep=keep):
+            self.add((*prefix, *loc), message, value)
 
     def raise_if_any(self, title: str) -> None:
         if self.items:
@@ -242,12 +259,10 @@ def _check_value(
             value,
         )
         return
-    # strict (no bool for a number, no "1" for an int), except for mappings: JSON turns the
-    # keys of {10: 0.5} into strings
     takes_mapping = any(
         typing.get_origin(a) is dict for a in (annotation, *typing.get_args(annotation))
     )
-    adapter = pydantic.TypeAdapter(annotation, config=pydantic.ConfigDict(strict=not takes_mapping))
+    adapter = pydantic.TypeAdapter(_strict_argument(annotation))
     try:
         adapter.validate_python(value)
     except pydantic.ValidationError as error:
@@ -257,6 +272,29 @@ def _check_value(
             )
             return
         problems.extend(error, loc)
+        return
+    _check_range(parameter.name, value, label, loc, problems)
+
+
+def _strict_argument(annotation: Any) -> Any:
+    """Strict scalars (no bool for a number, no "1" for an int, finite floats), except for the
+    keys of mappings: JSON turns the keys of {10: 0.5} into strings."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is dict and len(args) == 2:
+        return dict[args[0], strict_type(args[1])]  # type: ignore[valid-type]
+    if origin in (typing.Union, types.UnionType):
+        return functools.reduce(operator.or_, [_strict_argument(a) for a in args])
+    return strict_type(annotation)
+
+
+def _check_range(
+    name: str, value: Any, label: str, loc: tuple[Any, ...], problems: _Problems
+) -> None:
+    if name not in _RANGES or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    low, high, text = _RANGES[name]
+    if not low <= value < high:
+        problems.add(loc, f"{label}'s argument {name!r} must be {text}", value)
 
 
 def _check_schedule(value: Mapping[str, Any], loc: tuple[Any, ...], problems: _Problems) -> None:
@@ -301,6 +339,44 @@ def _resolve_arguments(
     return resolved
 
 
+def _blame(error: Exception, arguments: Mapping[str, Any]) -> str | None:
+    """The argument an optax error names (``decay_steps=0`` names ``decay_steps``), if any."""
+    text = str(error)
+    return next((n for n in arguments if re.search(rf"\b{re.escape(n)}\b", text)), None)
+
+
+def _try_optax(function: Callable[..., Any], arguments: Mapping[str, Any]) -> Exception | None:
+    with warnings.catch_warnings():  # (warned about when the run makes it, not here)
+        warnings.simplefilter("ignore")
+        try:
+            function(**_resolve_arguments(function, arguments))
+        except Exception as error:  # noqa: BLE001 - any optax refusal is a config problem
+            return error
+    return None
+
+
+def _check_optax(name: str, given: Mapping[str, Any], problems: _Problems) -> None:
+    """Make the schedules and the optimizer once, reporting what optax refuses at the argument
+    it names: optax raises plain ValueErrors for arguments out of range."""
+    for key, value in given.items():
+        if isinstance(value, Mapping) and value.get("type") in schedule_names():
+            arguments = {k: v for k, v in value.items() if k != "type"}
+            error = _try_optax(getattr(optax.schedules, value["type"]), arguments)
+            if error is not None:
+                blamed = _blame(error, arguments)
+                where = (key, blamed) if blamed else (key,)
+                problems.add(
+                    where, f"optax.{value['type']} refused it: {error}", arguments.get(blamed)
+                )
+    if problems.items:
+        return
+    error = _try_optax(getattr(optax, name), given)
+    if error is not None:
+        blamed = _blame(error, given)
+        where = (blamed,) if blamed else ()
+        problems.add(where, f"optax.{name} refused it: {error}", given.get(blamed, dict(given)))
+
+
 # -- the sections ----------------------------------------------------------------------------
 def _optimizer_schema(schema: dict[str, Any]) -> None:
     """The file spelling: the optax arguments sit next to ``type``, not under ``arguments``."""
@@ -341,7 +417,7 @@ class OptimizerSection(pydantic.BaseModel):
         try:
             section = handler(fixed)
         except ValidationError as error:
-            problems.extend(error, ())
+            problems.extend(error, (), keep=1)
             section = None
         name = data.get("type", "adam")
         names = optimizer_names() if isinstance(name, str) else []
@@ -359,6 +435,8 @@ class OptimizerSection(pydantic.BaseModel):
             )
         if section is not None:
             _check_trainable(section.trainable, problems)
+        if not problems.items and isinstance(name, str) and name in names:
+            _check_optax(name, given, problems)
         problems.raise_if_any(cls.__name__)
         section.arguments = dict(given)
         return section
@@ -445,7 +523,13 @@ class DataSection(pydantic.BaseModel):
     y: str = "y"
     x_test: str = "x_test"
     y_test: str = "y_test"
-    test_fraction: Annotated[float, pydantic.Field(gt=0, lt=1)] = 0.2
+    test_fraction: Annotated[
+        float, pydantic.Field(gt=0, lt=1, strict=True, allow_inf_nan=False)
+    ] = 0.2
+
+    def data_spec(self, source: str) -> Any:
+        """What this data feeds a model, for `check_model` (``nnx config validate``)."""
+        return data_spec(self, source)
 
     @pydantic.model_validator(mode="after")
     def _path_for_npz(self) -> DataSection:
@@ -471,7 +555,7 @@ class TrainSection(pydantic.BaseModel):
     steps: PositiveInt | None = None
     epochs: PositiveInt | None = None
     batch_size: PositiveInt = 64
-    seed: Annotated[int, pydantic.Field(ge=0, strict=True)] = 0
+    seed: Annotated[int, pydantic.Field(ge=0, le=2**63 - 1, strict=True)] = 0
     eval_interval: PositiveInt | None = None
     log_interval: PositiveInt = 10
 

@@ -5,8 +5,8 @@
 softmax cross-entropy classification. The batch of step ``s`` is a pure function of
 ``(train.seed, s)`` and every piece of state (parameters, BatchNorm statistics, Rng counts,
 optimizer moments) is checkpointed, so ``resume=True`` continues to exactly the parameters an
-uninterrupted run reaches. The run directory receives ``metrics.jsonl``, ``metrics.png`` and
-``checkpoints/step_N``.
+uninterrupted run reaches. The run directory receives ``config.yaml`` (the resolved config),
+``metrics.jsonl``, ``metrics.png`` and ``checkpoints/step_N``.
 
 Example:
     >>> import tempfile
@@ -37,16 +37,18 @@ import optax
 
 import nnx_core as nnx
 
+from .._text import os_problem
 from ..config._build import build
-from ..registry._lookup import get_variable_type
 from ._checkpoint import latest_checkpoint, rotate, save, step_directory
 from ._checkpoint_load import load
 from ._checkpoint_manifest import read_manifest
-from ._config import config_problem, load_train_config
+from ._config import load_train_config
 from ._data import Dataset, load_dataset
+from ._memory import trainable_kinds
 from ._mesh import batch_placer, make_mesh, replicate_unplaced
 from ._metrics import MetricsLog, Progress, plot_metrics
-from ._run_dir import RunLock, check_new_run, choose_run_dir
+from ._preflight import preflight
+from ._run_dir import RunError, RunLock, check_new_run, choose_run_dir
 
 __all__ = ["TrainResult", "train", "evaluate", "evaluate_model"]
 
@@ -112,41 +114,6 @@ def _jitted() -> tuple[Any, Any]:
     return _STEPS
 
 
-def _check_outputs(model: Any, data: Dataset, config: Any) -> None:
-
-    x = data.x_train[:2]
-    try:
-        out = nnx.eval_shape(lambda m: m(x), model)
-    except Exception as error:  # noqa: BLE001 - reported with the input shape and the cause
-        raise config_problem(
-            config,
-            ("model",),
-            f"the model cannot take a batch of the data "
-            f"(input shape {x.shape}): {type(error).__name__}: {error}. For a "
-            "convolution use data.layout: NHWC; for Linear first, flat.",
-        ) from error
-    shape = getattr(out, "shape", None)
-    if not isinstance(out, jax.ShapeDtypeStruct) or len(shape) != 2 or shape[-1] < data.num_classes:
-        raise config_problem(
-            config,
-            ("model",),
-            f"the model must return logits of shape (batch, "
-            f"{data.num_classes}) for the {data.num_classes} classes of "
-            f"{data.name}, got {shape}.",
-        )
-
-
-def _trainable(section: Any) -> tuple[type, ...]:
-
-    kinds = []
-    for name in section.trainable:
-        try:
-            kinds.append(nnx.variable_type(name))
-        except KeyError:
-            kinds.append(get_variable_type(name))
-    return tuple(kinds)
-
-
 def evaluate_model(model: Any, data: Dataset) -> dict[str, float]:
     """Test loss and accuracy of ``model`` (in eval mode) on ``data``'s test split."""
     _, eval_step = _jitted()
@@ -196,11 +163,10 @@ def _setup(plan: _Plan, mesh: Any) -> tuple[Any, Any]:
 
     sections = plan.config.sections
     model = build(plan.config, rngs=nnx.Rngs(sections["train"].seed))
-    _check_outputs(model, plan.data, plan.config)
     if mesh is not None:
         nnx.shard(model, mesh)
     optimizer = nnx.Optimizer(
-        model, sections["optimizer"].make(), wrt=_trainable(sections["optimizer"])
+        model, sections["optimizer"].make(), wrt=trainable_kinds(sections["optimizer"].trainable)
     )
     if mesh is not None:
         replicate_unplaced(optimizer, mesh)
@@ -236,6 +202,7 @@ def train(
     progress: bool = True,
     console: Any = None,
     stop_at: int | None = None,
+    allow_large: bool = False,
 ) -> TrainResult:
     """Train the model a config describes; see the module docstring.
 
@@ -252,12 +219,16 @@ def train(
         console: a `rich.console.Console` for the evaluation and resume lines; by default
             stdout while the progress bar is shown, and nowhere when ``progress=False``.
         stop_at: stop after this step (as a preempted job would), checkpointing it.
+        allow_large: train even when the memory estimate (Variables, gradients and optimizer
+            state, from an abstract build) exceeds the memory available.
 
     Returns:
         A `TrainResult`.
 
     Raises:
-        ConfigError: the config is invalid, or the model does not fit the data.
+        ConfigError: the config is invalid, a layer cannot take its input or the output is not
+            logits for the data's classes (reported at the layer), or the run needs more
+            memory than is available and ``allow_large`` is False.
         DataError: a data file cannot be read.
         CheckpointError: ``resume`` found a checkpoint that does not fit.
         RunError: ``run_dir`` is a file, holds checkpoints but ``resume`` is False, is used by
@@ -270,8 +241,10 @@ def train(
     if isinstance(mesh, Mapping):
         mesh = make_mesh(mesh)
     place = batch_placer(mesh, config.sections["train"].batch_size)
+    preflight(config, plan.data, allow_large=allow_large)  # (before anything is written)
     with RunLock(plan.run_dir) if _is_main_process() else contextlib.nullcontext():
         check_new_run(plan.run_dir, plan.ckpt_dir, resume)
+        _save_resolved_config(config, plan.run_dir)
         model, optimizer = _setup(plan, mesh)
         with Progress(progress, plan.total, 0, console) as bar:
             start = _resume(plan, model, optimizer, bar) if resume else 0
@@ -297,6 +270,21 @@ def train(
         model,
         optimizer,
     )
+
+
+def _save_resolved_config(config: Any, run_dir: pathlib.Path) -> None:
+    """``config.yaml`` in the run directory: the resolved config (includes, overrides and
+    interpolations applied, defaults filled in); ``nnx train config.yaml`` reproduces the run."""
+    if _is_main_process():
+        temporary = run_dir / ".config.yaml.tmp"
+        try:
+            temporary.write_text(config.to_yaml(), encoding="utf-8")
+            os.replace(temporary, run_dir / "config.yaml")
+        except OSError as error:
+            raise RunError(
+                f"cannot write {run_dir / 'config.yaml'}: {os_problem(error)}. Free space or "
+                "fix permissions, or choose another --run-dir."
+            ) from error
 
 
 def _loop(

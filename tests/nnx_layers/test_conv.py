@@ -133,6 +133,9 @@ def test_conv_stores_constructor_arguments():
     assert conv.padding == ((1, 1), (0, 0))
     assert conv.kernel.metadata["a"] == 1 and conv.kernel_init == zeros
     assert Conv(2, 3, 3, kernel_init=zeros, rngs=Rngs(0)).kernel_size == (3,)
+    # padding names are stored in the upper-case spelling configs use
+    assert Conv(2, 3, 3, padding="same", kernel_init=zeros, rngs=Rngs(0)).padding == "SAME"
+    assert ConvTranspose(2, 3, 3, padding="circular", rngs=Rngs(0)).padding == "CIRCULAR"
 
 
 def test_conv_single_padding_pair_applies_to_every_axis():

@@ -188,5 +188,5 @@ def test_instancenorm_errors():
         InstanceNorm(6, rngs=Rngs(0))(jnp.ones(6))
     with pytest.raises(ValueError, match=r"InstanceNorm expects 6 features over axes \(2,\)"):
         InstanceNorm(6, rngs=Rngs(0))(jnp.ones((2, 3, 5)))
-    with pytest.raises(ValueError, match="InstanceNorm epsilon must be a non-negative number"):
+    with pytest.raises(ValueError, match="InstanceNorm epsilon must be a finite non-negative number"):
         InstanceNorm(6, epsilon=-1.0, rngs=Rngs(0))

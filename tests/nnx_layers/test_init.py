@@ -20,7 +20,7 @@ def test_public_names():
     builtin = {name for name, target in entry_points.items() if target.startswith("nnx_layers:")}
     kinds = {name for name, target in groups["nnx.variables"].items() if "nnx_layers" in target}
     assert kinds == {"LoRAParam"}
-    others = {"initializers", "activations", "Initializer", "RNNCellBase"}  # (bases, not layers)
+    others = {"initializers", "activations", "Initializer", "RNNCellBase", "pool"}  # (no config spelling)
     assert set(nnx_layers.__all__) == builtin | kinds | others
     for name, target in entry_points.items():
         if target.startswith("nnx_layers:"):

@@ -76,5 +76,5 @@ def test_affine_params_and_param_value():
 @pytest.mark.parametrize("bad", [-1e-3, "1e-5", True, None])
 def test_check_epsilon(bad):
     assert check_epsilon("Layer", 0) == 0.0
-    with pytest.raises(ValueError, match="Layer epsilon must be a non-negative number"):
+    with pytest.raises(ValueError, match="Layer epsilon must be a finite non-negative number"):
         check_epsilon("Layer", bad)

@@ -184,8 +184,16 @@ def test_batchnorm_errors():
         BatchNorm(3, use_running_average=None, rngs=Rngs(0))(jnp.ones((2, 3)))
     with pytest.raises(ValueError, match="BatchNorm num_features must be a positive integer"):
         BatchNorm(0, rngs=Rngs(0))
-    with pytest.raises(ValueError, match="BatchNorm epsilon must be a non-negative number"):
+    with pytest.raises(ValueError, match="BatchNorm epsilon must be a finite non-negative number"):
         BatchNorm(3, epsilon=-1.0, rngs=Rngs(0))
+    with pytest.raises(ValueError, match=r"got inf\. Pass e\.g\. epsilon=1e-5"):
+        BatchNorm(3, epsilon=float("inf"), rngs=Rngs(0))
+
+
+@pytest.mark.parametrize("momentum", [-0.1, 1.5, float("nan"), True, "0.9"])
+def test_batchnorm_momentum_outside_the_unit_interval(momentum):
+    with pytest.raises(ValueError, match=r"BatchNorm momentum must be a number in \[0, 1\]"):
+        BatchNorm(3, momentum=momentum, rngs=Rngs(0))
 
 
 # --- LayerNorm / RMSNorm ---------------------------------------------------------------------
@@ -291,5 +299,5 @@ def test_norm_errors(cls):
         cls(3, rngs=Rngs(0))(jnp.ones((2, 3), jnp.int32))
     with pytest.raises(ValueError, match=f"{name} axis -3 is out of range"):
         cls(3, reduction_axes=-3, rngs=Rngs(0))(jnp.ones((2, 3)))
-    with pytest.raises(ValueError, match=f"{name} epsilon must be a non-negative number"):
+    with pytest.raises(ValueError, match=f"{name} epsilon must be a finite non-negative number"):
         cls(3, epsilon="small", rngs=Rngs(0))

@@ -115,10 +115,20 @@ def test_pooling_under_jit_and_vmap():
     np.testing.assert_array_equal(mapped, expected)
 
 
-@pytest.mark.parametrize("name", ["pool", "avg_pool", "max_pool", "min_pool"])
-def test_pooling_functions_are_registered_layers(name):
-    # a function layer with no arguments (config arguments are the config layer's business)
-    assert check_layer(name).spec.is_activation
+@pytest.mark.parametrize("name", ["avg_pool", "max_pool", "min_pool"])
+def test_pooling_functions_are_layers_with_config_arguments(name):
+    report = check_layer(
+        name, {"window_shape": [2, 2], "strides": [2, 2], "padding": "SAME"}, input_shape=(1, 5, 5, 3)
+    )
+    assert report.output_shape == (1, 3, 3, 3)
+
+
+def test_pool_itself_is_python_only():
+    """`pool` takes a reduction function: no config spelling, so it is not a registered layer."""
+    from nnx_plugins import UnknownNameError, get_layer
+
+    with pytest.raises(UnknownNameError, match="Unknown layer 'pool'"):
+        get_layer("pool")
 
 
 # --- errors ----------------------------------------------------------------------------------

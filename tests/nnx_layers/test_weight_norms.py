@@ -281,5 +281,5 @@ def test_spectral_norm_errors():
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="SpectralNorm n_steps must be a non-negative integer"):
             SpectralNorm(Linear(3, 4, rngs=Rngs(0)), n_steps=bad, rngs=Rngs(0))
-    with pytest.raises(ValueError, match="SpectralNorm epsilon must be a non-negative number"):
+    with pytest.raises(ValueError, match="SpectralNorm epsilon must be a finite non-negative number"):
         SpectralNorm(Linear(3, 4, rngs=Rngs(0)), epsilon=-1.0, rngs=Rngs(0))

@@ -92,3 +92,15 @@ NESTED = {
         {"type": "Linear", "in_features": 256, "out_features": 10},
     ],
 }
+
+# ~1e12 parameters (14.6 TB to train with adam): refused before anything is allocated
+HUGE = """\
+model:
+  type: Sequential
+  layers:
+    - {type: Linear, in_features: 64, out_features: 1000000}
+    - {type: Linear, in_features: 1000000, out_features: 1000000}
+    - {type: Linear, in_features: 1000000, out_features: 10}
+data: {type: digits, layout: flat}
+train: {steps: 1}
+"""

@@ -2,6 +2,7 @@
 
 import json
 
+import jsonschema
 import pydantic
 
 from nnx_plugins import config_schema, register_section
@@ -18,8 +19,10 @@ def test_schema_covers_every_layer(nnx_registry):
     for name, args in ARGUMENTS.items():
         assert set(args) <= set(defs[name]["properties"]), name
         assert defs[name]["properties"]["type"]["const"] == name
-    assert defs["Sequential"]["properties"]["layers"]["items"] == {"$ref": "#/$defs/Layer"}
-    assert defs["Parallel"]["properties"]["branches"]["additionalProperties"] == {
+    assert defs["Sequential"]["properties"]["layers"]["anyOf"][0]["items"] == {
+        "$ref": "#/$defs/Layer"
+    }
+    assert defs["Parallel"]["properties"]["branches"]["anyOf"][0]["additionalProperties"] == {
         "$ref": "#/$defs/Layer"
     }
     assert "x-nnx-layer" not in json.dumps(schema)
@@ -32,8 +35,36 @@ def test_schema_includes_registered_sections(nnx_registry):
     register_section("train_schema_test", Train)
     try:
         assert (
-            config_schema()["properties"]["train_schema_test"]["properties"]["steps"]["type"]
+            config_schema()["properties"]["train_schema_test"]["properties"]["steps"]["anyOf"][0][
+                "type"
+            ]
             == "integer"
         )
     finally:
         _SECTIONS.pop("train_schema_test")
+
+
+def test_schema_accepts_includes_and_interpolations(nnx_registry):
+    schema = config_schema()
+    interpolation = {"$ref": "#/$defs/Interpolation"}
+    assert schema["$defs"]["Layer"]["oneOf"][-1] == interpolation
+    assert schema["$defs"]["Linear"]["properties"]["in_features"]["anyOf"][-1] == interpolation
+    assert schema["properties"]["train"]["properties"]["seed"]["anyOf"][-1] == interpolation
+    assert "required" not in schema
+    validator = jsonschema.Draft202012Validator(schema)
+    composed = {
+        "include": ["base.yaml"],
+        "model": {
+            "type": "Sequential",
+            "layers": [
+                {"type": "Linear", "in_features": "${train.seed}", "out_features": 3},
+                "${model.layers[0]}",
+            ],
+        },
+        "train": {"steps": "${train.seed}", "seed": 3},
+    }
+    assert list(validator.iter_errors(composed)) == []
+    assert list(validator.iter_errors({"include": "base.yaml", "train": {"seed": 1}})) == []
+    wrong = {"model": {"type": "Linear", "in_features": "four", "out_features": 3}}
+    assert list(validator.iter_errors(wrong)) != []
+    assert list(validator.iter_errors({"include": [3]})) != []

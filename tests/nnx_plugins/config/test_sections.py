@@ -55,6 +55,7 @@ def test_section_problems_join_model_problems(optimizer_section):
             r"register_section\('x', \.\.\.\) expects a pydantic BaseModel subclass",
         ),
         ("model", Optimizer, ValueError, r"The config section 'model' is reserved"),
+        ("include", Optimizer, ValueError, r"The config section 'include' is reserved"),
         ("optimizer_test", pydantic.BaseModel, ValueError, r"already registered to Optimizer"),
     ],
 )

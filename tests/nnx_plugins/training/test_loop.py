@@ -152,13 +152,15 @@ def test_evaluate_refuses_a_checkpoint_of_another_model(full_run):
         (
             {"type": "Linear", "in_features": 64, "out_features": 5},
             {"layout": "flat"},
-            r"model: the model must return logits of shape \(batch, 10\) for the 10 classes of digits, got \(2, 5\)",
+            r"<dict>: model: the model returns float32\[2,5\] but the 10 classes of digits need "
+            r"logits of shape \(batch, 10\): end the model with a layer of 10 outputs\.$",
         ),
         (
             {"type": "Linear", "in_features": 64, "out_features": 10},
             {"layout": "NHWC"},
-            r"model: the model cannot take a batch of the data \(input shape \(2, 8, 8, 1\)\).*For a "
-            r"convolution use data\.layout: NHWC; for Linear first, flat",
+            r"<dict>: model: Linear cannot take float32\[2,8,8,1\] from the data \(digits, layout "
+            r"NHWC\): ValueError: Linear expects an input whose last axis is 64.* \(data\.layout: "
+            r"flat gives digits as float32\[64\], for a Linear first layer",
         ),
     ],
 )

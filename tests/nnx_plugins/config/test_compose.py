@@ -1,0 +1,284 @@
+"""Includes merged under a file, KEY=VALUE overrides on top, every value located where written."""
+
+import pytest
+
+from nnx_plugins import ConfigError, ConfigLimits, load_config
+from nnx_plugins.config._compose import compose, merge
+from nnx_plugins.config._limits import Budget
+from nnx_plugins.config._source import Source
+
+LINEAR = "model: {type: Linear, in_features: 2, out_features: 3}\n"
+
+
+def composed(config, *overrides):
+    return compose(config, list(overrides), Budget(ConfigLimits(), "test"))
+
+
+def write(folder, **files):
+    for name, text in files.items():
+        path = folder / name.replace("__", "/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return folder
+
+
+# -- includes ------------------------------------------------------------------------------------
+def test_mappings_merge_key_by_key_lists_are_replaced_the_includer_wins(tmp_path):
+    write(
+        tmp_path,
+        **{
+            "one.yaml": "train: {steps: 1, seed: 1, batch_size: 8}\nlist: [1, 2, 3]\n",
+            "two.yaml": "train: {seed: 2}\nlist: [4]\nonly_two: {a: 1}\n",
+            "main.yaml": "include: [one.yaml, two.yaml]\ntrain: {steps: 3}\n",
+        },
+    )
+    source = composed(tmp_path / "main.yaml")
+    assert source.data == {
+        "train": {"steps": 3, "seed": 2, "batch_size": 8},
+        "list": [4],
+        "only_two": {"a": 1},
+    }
+    assert source.problem(("train", "steps"), "x").location.endswith("main.yaml:2:16")
+    assert source.problem(("train", "seed"), "x").location.endswith("two.yaml:1:15")
+    assert source.problem(("train", "batch_size"), "x").location.endswith("one.yaml:1:40")
+    assert source.problem(("list", 0), "x").location.endswith("two.yaml:2:8")
+    assert source.problem(("only_two", "a", "deeper"), "x").location.endswith("two.yaml:3:15")
+    assert source.problem(("train", "seed"), "x", at_key=True).location.endswith("two.yaml:1:9")
+
+
+def test_includes_are_relative_to_the_including_file_and_may_be_one_name(tmp_path):
+    write(
+        tmp_path,
+        **{
+            "configs__base__model.yaml": LINEAR,
+            "configs__base__all.yaml": "include: model.yaml\ntrain: {steps: 2}\n",
+            "configs__run.yaml": "include: [base/all.yaml]\n",
+        },
+    )
+    assert composed(tmp_path / "configs" / "run.yaml").data == {
+        "model": {"type": "Linear", "in_features": 2, "out_features": 3},
+        "train": {"steps": 2},
+    }
+
+
+def test_a_mapping_includes_relative_to_the_current_directory(tmp_path, monkeypatch):
+    write(tmp_path, **{"base.yaml": LINEAR})
+    monkeypatch.chdir(tmp_path)
+    config = load_config({"include": ["base.yaml"], "model": {"out_features": 7}})
+    assert config.model["out_features"] == 7 and config.model["in_features"] == 2
+
+
+def test_a_file_included_twice_through_two_others_is_not_a_cycle(tmp_path):
+    write(
+        tmp_path,
+        **{
+            "base.yaml": LINEAR,
+            "a.yaml": "include: [base.yaml]\ntrain: {seed: 1}\n",
+            "b.yaml": "include: [base.yaml]\ntrain: {steps: 4}\n",
+            "main.yaml": "include: [a.yaml, b.yaml]\n",
+        },
+    )
+    assert load_config(tmp_path / "main.yaml").to_dict()["train"]["steps"] == 4
+
+
+@pytest.mark.parametrize(
+    ("main", "message"),
+    [
+        (
+            "include: 5\n",
+            r"main.yaml:1:10: include: 'include' takes a list of file names, got int 5",
+        ),
+        (
+            "include: [base.yaml, notes.txt, 3, '']\n",
+            r"main.yaml:1:22: include\[1\]: an include names a .yaml, .yml or .json file "
+            r"\(relative to this file\), got str 'notes.txt'",
+        ),
+        (
+            "include:\n  - base.yaml\n  - nowhere.yaml\n",
+            r"main.yaml:3:5: include\[1\]: cannot include 'nowhere.yaml': there is no file "
+            r".*nowhere.yaml",
+        ),
+        (
+            "include: [main.yaml]\n",
+            r"main.yaml:1:11: include\[0\]: include cycle: .*main.yaml -> .*main.yaml\.",
+        ),
+        ("include: [bad.yaml]\n", r"bad.yaml:3:2: <root>: invalid YAML: .*expected"),
+    ],
+)
+def test_include_errors_are_located_at_the_entry_or_in_the_included_file(tmp_path, main, message):
+    write(tmp_path, **{"base.yaml": LINEAR, "main.yaml": main, "bad.yaml": "a:\n  - 1\n b: 2\n"})
+    with pytest.raises(ConfigError, match=message):
+        load_config(tmp_path / "main.yaml")
+
+
+def test_every_bad_entry_is_reported(tmp_path):
+    write(tmp_path, **{"main.yaml": "include: [a.txt, 3, '']\n"})
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "main.yaml")
+    assert [p.path for p in info.value.problems] == [("include", 0), ("include", 1), ("include", 2)]
+
+
+def test_a_cycle_names_the_chain(tmp_path):
+    write(
+        tmp_path,
+        **{
+            "a.yaml": "include: [b.yaml]\n",
+            "b.yaml": "include: [sub/c.yaml]\n",
+            "sub__c.yaml": "model: {type: relu}\ninclude: [../a.yaml]\n",
+        },
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "a.yaml")
+    (problem,) = info.value.problems
+    assert problem.location.endswith("sub/c.yaml:2:11") and problem.path == ("include", 0)
+    names = [part.rsplit("/", 1)[-1] for part in problem.message.split(": ", 1)[1].split(" -> ")]
+    assert names[:3] == ["a.yaml", "b.yaml", "c.yaml"] and names[3].startswith("a.yaml.")
+
+
+def test_problems_of_included_files_join_the_rest(tmp_path):
+    write(
+        tmp_path,
+        **{
+            "base.yaml": "model:\n  type: Sequential\n  layers:\n    - {type: BatchNorm}\n"
+            "train: {seed: 1, seed: 2}\n",
+            "main.yaml": "include: [base.yaml]\ntrain: {stepz: 3}\n",
+        },
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "main.yaml")
+    assert [(p.location.rsplit("/", 1)[-1], p.message[:30]) for p in info.value.problems] == [
+        ("main.yaml:2:9", "unknown key 'stepz'. Did you m"),
+        ("base.yaml:4:7", "missing required key 'num_feat"),
+        ("base.yaml:5:18", "duplicate key 'seed'; only one"),
+    ]
+
+
+# -- overrides -----------------------------------------------------------------------------------
+def test_overrides_set_values_by_path(tmp_path):
+    write(tmp_path, **{"m.yaml": "model:\n  layers: [{a: 1}, {a: 2}]\ntrain: {}\n"})
+    source = composed(
+        tmp_path / "m.yaml",
+        "model.layers[1].a=[3, 3]",
+        "model.layers[-2].b={type: normal, stddev: 0.02}",
+        "train.steps=5",
+        "train.steps=6",
+        "optimizer.learning_rate.peak_value=3e-3",
+        "model.name=",
+        "model.text='5'",
+    )
+    assert source.data == {
+        "model": {
+            "layers": [{"a": 1, "b": {"type": "normal", "stddev": 0.02}}, {"a": [3, 3]}],
+            "name": None,
+            "text": "5",
+        },
+        "train": {"steps": 6},
+        "optimizer": {"learning_rate": {"peak_value": 0.003}},
+    }
+    assert source.problem(("train", "steps"), "x").location == "<override train.steps=6>:1:13"
+    assert source.problem(("model", "layers", 0, "b", "stddev"), "x").location == (
+        "<override model.layers[-2].b={type: normal, stddev: 0.02}>:1:43"
+    )
+    assert source.problem(("optimizer", "learning_rate"), "x", at_key=True).location == (
+        "<override optimizer.learning_rate.peak_value=3e-3>:1:11"
+    )
+    assert source.problem(("model", "layers", 0, "a"), "x").location.endswith("m.yaml:2:16")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "model.layers[2].a=1",
+            r"<override model.layers\[2\].a=1>:1:13: model.layers: index 2 is out of range: model.layers has 2 items\.",
+        ),
+        (
+            "model.layers.x=1",
+            r":1:14: model.layers: model.layers is a list: select an item with \[index\], got 'x'\.",
+        ),
+        (
+            "model.type.x=1",
+            r":1:12: model.type: cannot set a key inside model.type: it holds str 'Seq', not a mapping\.",
+        ),
+        (
+            "model..x=1",
+            r"<override model..x=1>:1:6: <root>: expected '=' after the key 'model'; write KEY=VALUE",
+        ),
+        (
+            "=1",
+            r"<override =1>:1:1: <root>: expected a key path such as .* at '=1'; write KEY=VALUE",
+        ),
+        (
+            "model.x",
+            r"<override model.x>:1:8: <root>: expected '=' after the key 'model.x'; write KEY=VALUE",
+        ),
+        (
+            "model.x=[1, 2",
+            r"<override model.x=\[1, 2>:1:14: model.x: invalid YAML: .*expected ',' or '\]'",
+        ),
+        (
+            "include=[a.yaml]",
+            r"<override include=\[a.yaml\]>:1:1: <root>: 'include' is read from config files only",
+        ),
+    ],
+)
+def test_bad_overrides_are_located_at_the_argument(tmp_path, override, message):
+    write(tmp_path, **{"m.yaml": "model: {type: Seq, layers: [{a: 1}, {a: 2}]}\n"})
+    with pytest.raises(ConfigError, match=message):
+        composed(tmp_path / "m.yaml", override)
+
+
+def test_every_bad_override_is_reported(tmp_path):
+    write(tmp_path, **{"m.yaml": LINEAR})
+    with pytest.raises(ConfigError) as info:
+        composed(tmp_path / "m.yaml", "model.type.x=1", "ok=1", "=2")
+    assert [p.source for p in info.value.problems] == ["<override model.type.x=1>", "<override =2>"]
+
+
+def test_reader_problems_of_an_override_value_are_located_in_it(tmp_path):
+    write(tmp_path, **{"m.yaml": LINEAR})
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "m.yaml", overrides=["model.kernel_init={type: zeros, type: ones}"])
+    assert str(info.value.problems[0]) == (
+        "<override model.kernel_init={type: zeros, type: ones}>:1:33: model.kernel_init.type: "
+        "duplicate key 'type'; only one may be given."
+    )
+
+
+def test_an_override_of_an_included_value_is_validated_at_the_argument(tmp_path):
+    write(tmp_path, **{"base.yaml": LINEAR, "m.yaml": "include: [base.yaml]\n"})
+    with pytest.raises(ConfigError) as info:
+        load_config(
+            tmp_path / "m.yaml", overrides=["model.out_features=many", "model.in_feature=2"]
+        )
+    assert [str(p).split(": ")[:3] for p in info.value.problems] == [
+        [
+            "<override model.out_features=many>:1:20",
+            "model.out_features",
+            "Input should be a valid integer (got str 'many').",
+        ],
+        [
+            "<override model.in_feature=2>:1:7",
+            "model.in_feature",
+            "unknown key 'in_feature' for Linear. Did you mean 'in_features'? Valid keys",
+        ],
+    ]
+
+
+def test_overrides_of_a_mapping_and_of_an_empty_file(tmp_path):
+    assert load_config({"model": {"type": "relu"}}, overrides=["model.type=gelu"]).model == {
+        "type": "gelu"
+    }
+    (tmp_path / "empty.yaml").write_text("")
+    assert load_config(tmp_path / "empty.yaml", overrides=["model.type=relu"]).model == {
+        "type": "relu"
+    }
+
+
+def test_merge_of_plain_sources():
+    low = Source("a", {"m": {"x": 1, "y": [1, 2]}, "k": 1}, values={("m", "x"): (1, 1)})
+    high = Source("b", {"m": {"y": [3]}, "k": {"z": 0}}, values={("m", "y"): (2, 2)})
+    out = merge(low, high)
+    assert out.data == {"m": {"x": 1, "y": [3]}, "k": {"z": 0}}
+    assert out.problem(("m", "x"), "p").location == "a:1:1"
+    assert out.problem(("m", "y", 0), "p").location == "b:2:2"
