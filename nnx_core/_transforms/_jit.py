@@ -38,7 +38,12 @@ class _Compiled:
         self.layout: _donation.Layout | None = None
 
 
-_ARRAY_IMPL = type(jax.numpy.zeros(()))
+@functools.cache
+def _array_type() -> type:
+    """jax's concrete Array class, found on first use: making an array when nnx_core is
+    imported would start the backend (and its compiler threads) in every importing process."""
+    with jax.ensure_compile_time_eval():
+        return type(jax.numpy.zeros(()))
 
 
 class _Repeat:
@@ -49,7 +54,7 @@ class _Repeat:
     dropped model alive).
     """
 
-    __slots__ = ("n", "positions", "others", "plan", "compiled")
+    __slots__ = ("n", "positions", "others", "plan", "compiled", "array_type")
 
     def __init__(self, n: int, positions: tuple[int, ...], plan: Plan, compiled: _Compiled):
         self.n = n
@@ -57,13 +62,15 @@ class _Repeat:
         self.others = tuple(i for i in range(n) if i not in positions)
         self.plan = weakref.ref(plan)
         self.compiled = compiled
+        self.array_type = _array_type()
 
     @classmethod
     def of(cls, args: tuple[Any, ...], call: Call, plan: Plan, compiled: _Compiled) -> _Repeat | None:
         n = len(args)
         positions = tuple(i for i, a in enumerate(args) if is_graph_root(a))
+        array_type = _array_type()
         if len(positions) != len(call.roots) or not all(
-            type(args[i]) is _ARRAY_IMPL for i in range(n) if i not in positions
+            type(args[i]) is array_type for i in range(n) if i not in positions
         ):
             return None
         return cls(n, positions, plan, compiled)
@@ -76,7 +83,8 @@ class _Repeat:
         if not all(map(operator.is_, map(get, self.positions), plan.roots)) or not plan.valid():
             return None
         others = list(map(get, self.others))
-        if not all(type(a) is _ARRAY_IMPL for a in others):
+        array_type = self.array_type
+        if not all(type(a) is array_type for a in others):
             return None
         return plan, others
 

@@ -5,6 +5,8 @@ worries about has a test here."""
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -123,9 +125,20 @@ def _keep_mapped_module(m):
 
 @pytest.mark.parametrize(
     "keep",
-    [_keep_value, _keep_item, _keep_asarray, _keep_leaves, _keep_pure_dict,
-     _keep_copied_variable, _keep_mapped_state, _keep_clone, _keep_get_value, _keep_raw_value,
-     _keep_module_leaves, _keep_mapped_module],
+    [
+        _keep_value,
+        _keep_item,
+        _keep_asarray,
+        _keep_leaves,
+        _keep_pure_dict,
+        _keep_copied_variable,
+        _keep_mapped_state,
+        _keep_clone,
+        _keep_get_value,
+        _keep_raw_value,
+        _keep_module_leaves,
+        _keep_mapped_module,
+    ],
 )
 @pytest.mark.parametrize("warm", [False, True], ids=["first call", "steady state"])
 def test_an_array_the_user_kept_stays_valid_and_unchanged(keep, warm):
@@ -197,8 +210,9 @@ def _numpy_view(x):
 
 
 @pytest.mark.parametrize(
-    "alias", [_device_put, _device_put_sharding, _addressable_data, _single_device_arrays,
-              _numpy_view])
+    "alias",
+    [_device_put, _device_put_sharding, _addressable_data, _single_device_arrays, _numpy_view],
+)
 def test_another_array_sharing_the_buffer_stays_valid(alias):
     """These return a new object over the same device buffer: the reference count of the
     Variable's array cannot see them, reading the value marks it as no longer private."""
@@ -348,7 +362,7 @@ def test_an_optimizer_step_trains_in_place_and_keeps_a_saved_parameter():
 
     @nnx.jit
     def step(m, opt):
-        grads = nnx.grad(lambda m: (m.w.value ** 2).sum())(m)
+        grads = nnx.grad(lambda m: (m.w.value**2).sum())(m)
         opt.update(m, grads)
 
     step(m, opt)
@@ -409,3 +423,15 @@ def test_a_step_traced_for_a_new_shape_uses_the_same_donation():
     step(m, jnp.ones(3))
     step(m, jnp.ones(2))
     assert traces == [(2,), (3,)] and int(m.steps.value) == 7
+
+
+def test_importing_nnx_core_starts_no_backend():
+    """The fast path learns jax's Array class on first use, not at import: a process that only
+    imports nnx (the CLI, a memory-limited probe) must not start XLA and its threads."""
+    script = (
+        "from jax._src import xla_bridge\n"
+        "import nnx_core, nnx_layers\n"
+        "print(xla_bridge.backends_are_initialized())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.stdout.split() == ["False"], done.stderr[-2000:]
