@@ -6,6 +6,8 @@ benchmarks/nnx_simple_training.py; trained with optax.sgd on batches of 32.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -51,13 +53,15 @@ def nnx_model(depth: int, seed: int = 0):
     return MLP(depth, rngs=nnx.Rngs(seed))
 
 
-def nnx_steps(depth: int):
+def nnx_steps(depth: int, *, donate: bool = False):
+    """Our train step and a no-op step; ``donate`` opts in to ``donate_argnums=(0, 1)``."""
     import nnx_core as nnx
 
+    jit = functools.partial(nnx.jit, donate_argnums=(0, 1)) if donate else nnx.jit
     model = nnx_model(depth)
     optimizer = nnx.Optimizer(model, optax.sgd(1e-3))
 
-    @nnx.jit
+    @jit
     def train_step(model, optimizer, x, y):
         def loss_fn(model):
             return jnp.mean((y - model(x)) ** 2)
@@ -66,7 +70,7 @@ def nnx_steps(depth: int):
         optimizer.update(model, grads)
         return loss
 
-    @nnx.jit
+    @jit
     def noop(model, optimizer, x, y):
         return None
 
@@ -92,7 +96,9 @@ def flax_model(depth: int, seed: int = 0):
         def __init__(self, depth, *, rngs):
             self.count = Count(jnp.array(0))
             self.linear_in = Block(DIN, WIDTH, rngs=rngs)
-            self.intermediates = fnnx.List([Block(WIDTH, WIDTH, rngs=rngs) for _ in range(depth - 2)])
+            self.intermediates = fnnx.List(
+                [Block(WIDTH, WIDTH, rngs=rngs) for _ in range(depth - 2)]
+            )
             self.linear_out = Block(WIDTH, DOUT, rngs=rngs)
 
         def __call__(self, x):
@@ -125,13 +131,18 @@ def flax_steps(depth: int, mode: str):
     if mode == "default":
         return (model, optimizer), fnnx.jit(train_step), fnnx.jit(noop)
     if mode == "jit_partial":
-        return (model, optimizer), fnnx.jit_partial(train_step, model, optimizer, graph=False), fnnx.jit_partial(noop, model, optimizer, graph=False)
+        return (
+            (model, optimizer),
+            fnnx.jit_partial(train_step, model, optimizer, graph=False),
+            fnnx.jit_partial(noop, model, optimizer, graph=False),
+        )
     raise ValueError(mode)
 
 
 # -- plain jax on a pytree -----------------------------------------------------------------------
-def plain_steps(depth: int):
-    """The same math on dicts of arrays: the physical limit of a jitted train step."""
+def plain_steps(depth: int, *, donate: bool = True):
+    """The same math on dicts of arrays: with ``donate`` (params, statistics, count and optimizer
+    state donated, so XLA updates them in place) the physical limit of a jitted train step."""
     model = nnx_model(depth)  # same initial values as ours
     import nnx_core as nnx
 
@@ -140,6 +151,7 @@ def plain_steps(depth: int):
     count = jnp.array(0)
     tx = optax.sgd(1e-3)
     opt_state = tx.init(params)
+    opt_step = jnp.zeros((), jnp.uint32)  # the optimizer's step count, as ours and flax's keep
     blocks = ["linear_in", *[("intermediates", i) for i in range(depth - 2)], "linear_out"]
 
     def get(tree, name):
@@ -167,9 +179,9 @@ def plain_steps(depth: int):
                 new_stats[name] = {"bn": ns}
         return x, new_stats
 
-    @jax.jit
+    @functools.partial(jax.jit, donate_argnums=(0,) if donate else ())
     def train_step(state, x, y):
-        params, stats, count, opt_state = state
+        params, stats, count, opt_state, opt_step = state
 
         def loss_fn(params):
             pred, new_stats = forward(params, stats, x)
@@ -177,10 +189,11 @@ def plain_steps(depth: int):
 
         (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
         updates, opt_state = tx.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), new_stats, count + 1, opt_state), loss
+        new_params = optax.apply_updates(params, updates)
+        return (new_params, new_stats, count + 1, opt_state, opt_step + 1), loss
 
     @jax.jit
     def noop(state, x, y):
         return None
 
-    return (params, stats, count, opt_state), train_step, noop
+    return (params, stats, count, opt_state, opt_step), train_step, noop

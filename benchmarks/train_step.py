@@ -1,17 +1,21 @@
 """Steady-state time per train step: ours vs flax.nnx vs a plain jax.jit step on pytrees.
 
-Run: python benchmarks/train_step.py [--depths 5 20] [--steps 200] [--repeats 7]
+Run: python benchmarks/train_step.py [--depths 5 20] [--steps 200] [--repeats 7] [--no-flax]
 Prints µs/step (median of repeats, the variants taking turns within each repeat; compile
-excluded; block_until_ready at the end of each repeat) and the ratio to the plain jax.jit step,
-for the train step and for a no-op step on the same leaves.
+excluded; block_until_ready at the end of each repeat) and the ratio to the limit: a plain
+jax.jit step on pytrees that donates its buffers (params, statistics, count and optimizer
+state). Also the no-op step on the same leaves, and the compiled steps' memory_analysis()
+(argument, output, alias and temp bytes) plus the device's memory_stats() peak where it has one.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -19,8 +23,17 @@ import jax
 sys.path.insert(0, str(Path(__file__).parent))
 import _models  # noqa: E402
 
+OURS = "(a) nnx_core.jit (ours, default)"
+OURS_DONATE = "(a') nnx_core.jit(donate_argnums=(0, 1))"
+FLAX = "(b) flax nnx.jit (default)"
+FLAX_PARTIAL = "(c) flax nnx.jit_partial"
+PLAIN = "(d) plain jax.jit, donated (the limit)"
+PLAIN_UNDONATED = "(e) plain jax.jit, not donated"
 
-def interleaved(runners: dict[str, tuple[object, int]], repeats: int) -> dict[str, float]:
+Runner = Callable[[int], None]
+
+
+def interleaved(runners: dict[str, tuple[Runner, int]], repeats: int) -> dict[str, float]:
     """µs per step for each runner: median over repeats, the runners taking turns in each repeat
     so that a change in machine load hits all of them alike."""
     for run, _ in runners.values():
@@ -34,20 +47,21 @@ def interleaved(runners: dict[str, tuple[object, int]], repeats: int) -> dict[st
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def module_runner(objs, step):
+def module_runner(objs, step) -> Runner:
     x, y = _models.data()
 
     def run(n):
         out = None
         for _ in range(n):
             out = step(*objs, x, y)
+        # one executable writes the loss and the state together: waiting for the loss (or, for
+        # the no-op, for nothing) waits for the step
         jax.block_until_ready(out)
-        jax.block_until_ready(jax.tree_util.tree_leaves(objs[0]))
 
     return run
 
 
-def partial_runner(step):
+def partial_runner(step) -> Runner:
     x, y = _models.data()
 
     def run(n):
@@ -59,9 +73,10 @@ def partial_runner(step):
     return run
 
 
-def plain_runner(state, step):
+def plain_runner(box: list, step) -> Runner:
+    """``box[0]`` is the current state, shared by the runners of one variant (a donated state
+    must not be used again)."""
     x, y = _models.data()
-    box = [state]
 
     def run(n):
         out = None
@@ -74,12 +89,26 @@ def plain_runner(state, step):
     return run
 
 
-def measure(depth: int, steps: int, repeats: int, with_flax: bool) -> dict[str, tuple[float, float]]:
-    step_runners: dict[str, tuple[object, int]] = {}
-    noop_runners: dict[str, tuple[object, int]] = {}
-    objs, step, noop = _models.nnx_steps(depth)
-    step_runners[OURS] = (module_runner(objs, step), steps)
-    noop_runners[OURS] = (module_runner(objs, noop), steps)
+def memory(lowered: jax.stages.Lowered) -> tuple[int, int, int, int]:
+    m = lowered.compile().memory_analysis()
+    return (
+        m.argument_size_in_bytes,
+        m.output_size_in_bytes,
+        m.alias_size_in_bytes,
+        m.temp_size_in_bytes,
+    )
+
+
+def measure(depth: int, steps: int, repeats: int, with_flax: bool):
+    step_runners: dict[str, tuple[Runner, int]] = {}
+    noop_runners: dict[str, tuple[Runner, int]] = {}
+    mem: dict[str, tuple[int, int, int, int]] = {}
+    x, y = _models.data()
+    for name, donate in ((OURS, False), (OURS_DONATE, True)):
+        objs, step, noop = _models.nnx_steps(depth, donate=donate)
+        mem[name] = memory(step.lower(*objs, x, y))
+        step_runners[name] = (module_runner(objs, step), steps)
+        noop_runners[name] = (module_runner(objs, noop), steps)
     if with_flax:
         objs, step, noop = _models.flax_steps(depth, "default")
         slow = max(steps // 10, 10)
@@ -88,18 +117,15 @@ def measure(depth: int, steps: int, repeats: int, with_flax: bool) -> dict[str, 
         objs, step, noop = _models.flax_steps(depth, "jit_partial")
         step_runners[FLAX_PARTIAL] = (partial_runner(step), steps)
         noop_runners[FLAX_PARTIAL] = (partial_runner(noop), steps)
-    state, step, noop = _models.plain_steps(depth)
-    step_runners[PLAIN] = (plain_runner(state, step), steps)
-    noop_runners[PLAIN] = (plain_runner(state, noop), steps)
+    for name, donate in ((PLAIN, True), (PLAIN_UNDONATED, False)):
+        state, step, noop = _models.plain_steps(depth, donate=donate)
+        mem[name] = memory(step.lower(state, x, y))
+        box = [state]
+        step_runners[name] = (plain_runner(box, step), steps)
+        noop_runners[name] = (plain_runner(box, noop), steps)
     t_step = interleaved(step_runners, repeats)
     t_noop = interleaved(noop_runners, repeats)
-    return {name: (t_step[name], t_noop[name]) for name in step_runners}
-
-
-OURS = "(a) nnx_core.jit (ours, default)"
-FLAX = "(b) flax nnx.jit (default)"
-FLAX_PARTIAL = "(c) flax nnx.jit_partial"
-PLAIN = "(d) plain jax.jit on a pytree"
+    return {name: (t_step[name], t_noop[name]) for name in step_runners}, mem
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -109,15 +135,33 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--no-flax", action="store_true")
     a = p.parse_args(argv)
-    print(f"jax {jax.__version__}, {jax.devices()[0].platform}, {len(jax.devices())} device(s)")
+    device = jax.devices()[0]
+    print(
+        f"jax {jax.__version__}, {device.platform}, {len(jax.devices())} device(s); "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     for depth in a.depths:
-        rows = measure(depth, a.steps, a.repeats, not a.no_flax)
+        rows, mem = measure(depth, a.steps, a.repeats, not a.no_flax)
         base_step, base_noop = rows[PLAIN]
         print(f"\ndepth {depth}")
-        print("| call path | µs/step | x plain | no-op µs | no-op x plain |")
+        print("| call path | µs/step | x donated plain | no-op µs | no-op x donated plain |")
         print("|---|---|---|---|---|")
         for name, (t_step, t_noop) in rows.items():
-            print(f"| {name} | {t_step:.0f} | {t_step / base_step:.2f} | {t_noop:.0f} | {t_noop / base_noop:.2f} |")
+            print(
+                f"| {name} | {t_step:.0f} | {t_step / base_step:.2f} | {t_noop:.0f} | "
+                f"{t_noop / base_noop:.2f} |"
+            )
+        print(f"\ndepth {depth}: compiled train step, memory_analysis() in bytes")
+        print("| call path | argument | output | alias | temp | output - alias + temp |")
+        print("|---|---|---|---|---|---|")
+        for name, (arg, out, alias, temp) in mem.items():
+            print(f"| {name} | {arg} | {out} | {alias} | {temp} | {out - alias + temp} |")
+    stats = device.memory_stats()
+    peak = stats.get("peak_bytes_in_use") if stats else None
+    print(
+        f"\ndevice memory_stats() peak: {peak if peak is not None else 'not reported by this device'}"
+    )
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

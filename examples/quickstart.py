@@ -13,8 +13,12 @@ from nnx_layers import BatchNorm, Dropout, Linear
 
 class MLP(nnx.Module):
     def __init__(self, *, rngs: nnx.Rngs):
-        self.layers = [Linear(1, 64, rngs=rngs), BatchNorm(64, rngs=rngs), Dropout(0.1, rngs=rngs),
-                       Linear(64, 1, rngs=rngs)]
+        self.layers = [
+            Linear(1, 64, rngs=rngs),
+            BatchNorm(64, rngs=rngs),
+            Dropout(0.1, rngs=rngs),
+            Linear(64, 1, rngs=rngs),
+        ]
 
     def __call__(self, x):
         for layer in self.layers[:-1]:

@@ -14,9 +14,8 @@ from ._filters import (
     PathContains,
     _Constant,
     check_filters,
-    to_predicate,
 )
-from ._graph import GraphDef, Plan, bump_epoch, iter_nodes, plan_for, unflatten
+from ._graph import GraphDef, Plan, bump_epoch, impl_for, is_array, iter_nodes, plan_for, unflatten
 from ._state import State, format_path, raise_unmatched, sort_key
 from ._variables import Variable
 
@@ -53,7 +52,11 @@ def _partition(plan: Plan, filters: tuple[Filter, ...], *, exhaustive: bool) -> 
         cached = plan.partitions.get((key, exhaustive))
         if cached is not None:
             return cached
-    preds = check_filters(filters) if filters else (to_predicate(...),)
+    if not filters:  # everything, in order
+        everything = [list(range(len(plan.leaves)))]
+        plan.partitions[((), exhaustive)] = everything
+        return everything
+    preds = check_filters(filters)
     leaves = plan.current_leaves()
     parts: list[list[int]] = [[] for _ in preds]
     unmatched = []
@@ -155,7 +158,9 @@ def graphdef(node: Any) -> GraphDef:
     return plan_for(node).graphdef
 
 
-def merge(graphdef: GraphDef, state: Mapping[Any, Any] | None = None, /, *states: Mapping[Any, Any]) -> Any:
+def merge(
+    graphdef: GraphDef, state: Mapping[Any, Any] | None = None, /, *states: Mapping[Any, Any]
+) -> Any:
     """Build a new graph from a GraphDef and States (never calls ``__init__``).
 
     Shared submodules and Variables are shared again in the result and cycles are restored.
@@ -175,10 +180,76 @@ def merge(graphdef: GraphDef, state: Mapping[Any, Any] | None = None, /, *states
         ValueError: the states lack a path the GraphDef needs, or have one it does not.
     """
     if not isinstance(graphdef, GraphDef):
-        raise TypeError(f"merge expects a GraphDef first (from split or graphdef), got {type(graphdef).__name__}.")
+        raise TypeError(
+            f"merge expects a GraphDef first (from split or graphdef), got {type(graphdef).__name__}."
+        )
+    given = tuple(
+        s if isinstance(s, State) else State(s)
+        for s in ((state, *states) if state is not None else ())
+    )
+    leaves = _leaves_along(graphdef, given)
+    if leaves is None:
+        leaves = _leaves_by_path(graphdef, given)
+    return unflatten(graphdef, leaves, keep_variables=True)
+
+
+_MISSING: Any = object()
+
+
+def _collect(trie: dict[Any, Any], mapping: dict[Any, Any], out: list[Any]) -> bool:
+    """Leaves of one nested State along the trie into ``out``; False unless it matches exactly."""
+    if len(mapping) != len(trie):
+        return False
+    get = mapping.get
+    for key, sub in trie.items():
+        value = get(key, _MISSING)
+        if type(sub) is dict:
+            if type(value) is not State or not _collect(sub, value._mapping, out):
+                return False
+        elif value is _MISSING or type(value) is State:
+            return False
+        else:
+            out[sub] = value
+    return True
+
+
+def _collect_many(trie: dict[Any, Any], mappings: list[dict[Any, Any]], out: list[Any]) -> bool:
+    """As _collect, for a GraphDef split over several States (each path in exactly one)."""
+    if any(k not in trie for m in mappings for k in m):
+        return False
+    for key, sub in trie.items():
+        found = [m[key] for m in mappings if key in m]
+        if not found:
+            return False
+        if type(sub) is dict:
+            inner = [v._mapping for v in found if type(v) is State]
+            if len(inner) != len(found) or not _collect_many(sub, inner, out):
+                return False
+        elif len(found) != 1 or type(found[0]) is State:
+            return False
+        else:
+            out[sub] = found[0]
+    return True
+
+
+def _leaves_along(graphdef: GraphDef, states: tuple[State, ...]) -> list[Any] | None:
+    """The leaves in GraphDef order, read along its paths; None if the States differ from it."""
+    trie = graphdef.trie()
+    if trie is None:
+        return None
+    out: list[Any] = [None] * len(graphdef.paths)
+    if len(states) == 1:
+        ok = _collect(trie, states[0]._mapping, out)
+    else:
+        ok = _collect_many(trie, [s._mapping for s in states], out)
+    return out if ok else None
+
+
+def _leaves_by_path(graphdef: GraphDef, states: tuple[State, ...]) -> list[Any]:
+    """The leaves in GraphDef order from the flattened States (later States win), or an error
+    that lists the missing and unexpected paths."""
     flat: dict[Path, Any] = {}
-    for s in (state, *states) if state is not None else ():
-        s = s if isinstance(s, State) else State(s)
+    for s in states:
         flat.update(s.flat_state())
     paths = graphdef.paths
     missing = [format_path(p) for p in paths if p not in flat]
@@ -190,7 +261,7 @@ def merge(graphdef: GraphDef, state: Mapping[Any, Any] | None = None, /, *states
             + (f"Unexpected: {', '.join(extra[:10])}. " if extra else "")
             + "Pass every State returned by split (or state) for this GraphDef."
         )
-    return unflatten(graphdef, [flat[p] for p in paths], keep_variables=True)
+    return [flat[p] for p in paths]
 
 
 def update(node: Any, state: Mapping[Any, Any], /, *states: Mapping[Any, Any]) -> None:
@@ -208,19 +279,56 @@ def update(node: Any, state: Mapping[Any, Any], /, *states: Mapping[Any, Any]) -
     Raises:
         KeyError: a path in the states does not exist in ``node``.
     """
-    plan = plan_for(node)
-    index = plan.path_index()
     for s in (state, *states):
         s = s if isinstance(s, State) else State(s)
-        for path, leaf in s.flat_state():
-            i = index.get(path)
-            if i is None:
-                raise KeyError(
-                    f"update: {format_path(path)} does not exist in {type(node).__name__}. "
-                    f"Known paths include: {', '.join(format_path(p) for p in list(index)[:8])}."
-                )
-            value = leaf._value if isinstance(leaf, Variable) else leaf
-            plan.write_leaf(i, value)
+        if not _write_into(node, s._mapping):
+            _write_by_path(plan_for(node), s, node)
+
+
+def _write_into(node: Any, mapping: dict[Any, Any]) -> bool:
+    """Write one nested State into the graph by walking both together (no traversal of the
+    rest of the graph). False where the State does not fit: the caller then writes by path,
+    which names the path that does not exist or the container that cannot take the value."""
+    t = type(node)
+    impl = impl_for(t)
+    if impl is None:
+        return False
+    if impl.attributes is not None:
+        children: Any = node.__dict__
+        hidden = impl.attributes
+    elif t is list or t is dict or t is tuple:
+        children, hidden = node, frozenset()
+    else:
+        return False  # a registered type: by path
+    for key, value in mapping.items():
+        if key in hidden:
+            return False
+        try:
+            target = children[key]
+        except (KeyError, IndexError, TypeError):
+            return False
+        if type(value) is State:
+            if not _write_into(target, value._mapping):
+                return False
+        elif isinstance(target, Variable):
+            target.set_raw_value(value._value if isinstance(value, Variable) else value)
+        elif is_array(target) and t is not tuple:
+            children[key] = value._value if isinstance(value, Variable) else value
+        else:
+            return False
+    return True
+
+
+def _write_by_path(plan: Plan, s: State, node: Any) -> None:
+    index = plan.path_index()
+    for path, leaf in s.flat_state():
+        i = index.get(path)
+        if i is None:
+            raise KeyError(
+                f"update: {format_path(path)} does not exist in {type(node).__name__}. "
+                f"Known paths include: {', '.join(format_path(p) for p in list(index)[:8])}."
+            )
+        plan.write_leaf(i, leaf._value if isinstance(leaf, Variable) else leaf)
 
 
 def clone(node: Any) -> Any:
@@ -263,8 +371,9 @@ def pop(node: Any, *filters: Filter) -> Any:
     states = tuple(_build_state(plan, p, leaves) for p in parts)
     paths = plan.graphdef.paths
     # last list positions first, so earlier indices stay valid; mixed int/str keys sort too
-    removals = sorted((i for p in parts for i in p), key=lambda i: tuple(map(sort_key, paths[i])),
-                      reverse=True)
+    removals = sorted(
+        (i for p in parts for i in p), key=lambda i: tuple(map(sort_key, paths[i])), reverse=True
+    )
     for i in removals:  # check every removal before changing anything
         owner, impl, key = plan.owners[i]
         if impl is None or (impl.fill is None and impl.pop_key is None):

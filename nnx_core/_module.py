@@ -118,9 +118,7 @@ class Module(Pytree):
                 f"{type(current).__name__}, not a {variable_type.__name__}. Use another name."
             )
 
-    def perturb(
-        self, name: str, value: Any, variable_type: type[Variable] = Perturbation
-    ) -> Any:
+    def perturb(self, name: str, value: Any, variable_type: type[Variable] = Perturbation) -> Any:
         """Return ``value`` plus the Variable ``name`` (zeros, created on the first call).
 
         Differentiating a loss with respect to the ``Perturbation`` kind then gives the
@@ -181,13 +179,20 @@ class Module(Pytree):
             row[2] += int(getattr(value, "nbytes", 0))
         params = rows.get("Param", [0, 0, 0])
         total = [sum(r[i] for r in rows.values()) for i in range(3)]
-        head = (f"{type(self).__name__}: {params[1]:,} parameters in {total[0]} Variables "
-                f"({_bytes(total[2])})")
+        head = (
+            f"{type(self).__name__}: {params[1]:,} parameters in {total[0]} Variables "
+            f"({_bytes(total[2])})"
+        )
         width = max([len(k) for k in rows] + [5])
-        cells = [(kind, f"{n}", f"{size:,}", _bytes(nbytes)) for kind, (n, size, nbytes) in rows.items()]
+        cells = [
+            (kind, f"{n}", f"{size:,}", _bytes(nbytes)) for kind, (n, size, nbytes) in rows.items()
+        ]
         w_elems = max([len(c[2]) for c in cells] + [8])
         w_bytes = max([len(c[3]) for c in cells] + [5])
-        lines = [head, f"{'kind':<{width}}  variables  {'elements':>{w_elems}}  {'bytes':>{w_bytes}}"]
+        lines = [
+            head,
+            f"{'kind':<{width}}  variables  {'elements':>{w_elems}}  {'bytes':>{w_bytes}}",
+        ]
         for kind, n, size, nbytes in cells:
             lines.append(f"{kind:<{width}}  {n:>9}  {size:>{w_elems}}  {nbytes:>{w_bytes}}")
         return "\n".join(lines)

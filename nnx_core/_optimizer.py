@@ -74,7 +74,9 @@ class Optimizer(Module):
                 f"{self.wrt!r} state. Missing: {missing}; unexpected: {extra}. Compute them "
                 "with nnx_core.grad(loss_fn, wrt=...) using the same filter as the Optimizer."
             )
-        opt_state = jax.tree_util.tree_unflatten(self.opt_treedef, [v.value for v in self.opt_state])
+        opt_state = jax.tree_util.tree_unflatten(
+            self.opt_treedef, [v.value for v in self.opt_state]
+        )
         updates, new_opt_state = self.tx.update(grads, opt_state, params, **kwargs)
         update(model, optax.apply_updates(params, updates))
         for var, value in zip(self.opt_state, jax.tree_util.tree_leaves(new_opt_state)):

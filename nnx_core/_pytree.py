@@ -27,7 +27,7 @@ from ._graph import (
     plan_for,
     register_internal,
 )
-from ._graph import _Unflattener as GraphUnflattener
+from ._graph import Unflattener as GraphUnflattener
 from ._state import format_path
 from ._tracing import TraceContextError, current_trace
 from ._values import _describe
@@ -205,17 +205,15 @@ class _Unflattener(GraphUnflattener):
 
     __slots__ = ()
 
-    def build(self, spec: tuple[Any, ...]) -> Any:
-        if spec[0] == "var" and not isinstance(self.leaves[self.pos], Variable):
-            leaf = self.leaves[self.pos]
-            self.pos += 1
-            self.objs[spec[3]] = leaf
-            return leaf
-        return super().build(spec)
+    def variable(self, leaf: Any, payload: tuple[Any, ...]) -> Any:
+        if isinstance(leaf, Variable):
+            return super().variable(leaf, payload)
+        self.objs[payload[2]] = leaf
+        return leaf
 
 
 def _unflatten(graphdef: GraphDef, children: Any) -> Any:
-    return _Unflattener(list(children), None, True).build(graphdef.spec)
+    return _Unflattener(children, None, True).run(graphdef.program())
 
 
 # -- graph node registration -------------------------------------------------------------------
@@ -246,6 +244,7 @@ NODE_IMPL = NodeImpl(
     subclasses=True,
     mutable=False,  # attribute changes go through __setattr__, which bumps the epoch
     plan_attr=PLAN_ATTR,
+    attributes=HIDDEN,
 )
 register_internal(Pytree, NODE_IMPL)
 

@@ -15,7 +15,9 @@ from ._transforms._eval_shape import eval_shape
 from ._variables import Variable
 
 
-def _spec_for(leaf: Any, rules: Rules | None, mesh: Mesh | None, path: tuple[Any, ...]) -> PartitionSpec:
+def _spec_for(
+    leaf: Any, rules: Rules | None, mesh: Mesh | None, path: tuple[Any, ...]
+) -> PartitionSpec:
     meta = leaf._meta if isinstance(leaf, Variable) else {}
     names = meta.get("sharding_names", meta.get("out_sharding"))  # out_sharding: flax's name
     if names is None:
@@ -29,7 +31,9 @@ def _spec_for(leaf: Any, rules: Rules | None, mesh: Mesh | None, path: tuple[Any
     return mesh_axes(tuple(names), current_rules(rules), mesh)
 
 
-def get_partition_spec(state: State, *, rules: Rules | None = None, mesh: Mesh | None = None) -> State:
+def get_partition_spec(
+    state: State, *, rules: Rules | None = None, mesh: Mesh | None = None
+) -> State:
     """A State of ``PartitionSpec`` leaves from the Variables' ``sharding_names`` metadata.
 
     ``rules`` maps logical names to mesh axis names (e.g. ``{"embed": "model", "batch": "data"}``;
@@ -50,8 +54,12 @@ def get_partition_spec(state: State, *, rules: Rules | None = None, mesh: Mesh |
         ValueError: a Variable has a different number of names than dimensions.
     """
     return State.from_flat_state(
-        (path, leaf.replace(_spec_for(leaf, rules, mesh, path)) if isinstance(leaf, Variable)
-         else PartitionSpec())
+        (
+            path,
+            leaf.replace(_spec_for(leaf, rules, mesh, path))
+            if isinstance(leaf, Variable)
+            else PartitionSpec(),
+        )
         for path, leaf in state.flat_state()
     )
 
@@ -59,8 +67,11 @@ def get_partition_spec(state: State, *, rules: Rules | None = None, mesh: Mesh |
 def get_named_sharding(state: State, mesh: Mesh, *, rules: Rules | None = None) -> State:
     """A State of ``NamedSharding`` leaves over ``mesh`` (see :func:`get_partition_spec`)."""
     specs = get_partition_spec(state, rules=rules, mesh=mesh)
-    return jax.tree_util.tree_map(lambda spec: NamedSharding(mesh, spec), specs,
-                                  is_leaf=lambda x: isinstance(x, PartitionSpec))
+    return jax.tree_util.tree_map(
+        lambda spec: NamedSharding(mesh, spec),
+        specs,
+        is_leaf=lambda x: isinstance(x, PartitionSpec),
+    )
 
 
 def shard(node: Any, mesh: Mesh, *, rules: Rules | None = None) -> Any:
@@ -81,7 +92,9 @@ def shard(node: Any, mesh: Mesh, *, rules: Rules | None = None) -> Any:
     return node
 
 
-def create_sharded(constructor: Callable[[], Any], mesh: Mesh, *, rules: Rules | None = None) -> Any:
+def create_sharded(
+    constructor: Callable[[], Any], mesh: Mesh, *, rules: Rules | None = None
+) -> Any:
     """Build a model directly sharded over ``mesh``: every array is created on its devices.
 
     The constructor runs abstractly first to learn the shapes and names, then once under

@@ -54,8 +54,10 @@ class State(MutableMapping):
         object.__setattr__(
             self,
             "_mapping",
-            {k: State(v) if isinstance(v, Mapping) and not isinstance(v, State) else v
-             for k, v in items},
+            {
+                k: State(v) if isinstance(v, Mapping) and not isinstance(v, State) else v
+                for k, v in items
+            },
         )
 
     # -- mapping protocol --------------------------------------------------------------------
@@ -172,7 +174,9 @@ class State(MutableMapping):
     def to_pure_dict(self) -> dict[Any, Any]:
         """Nested plain dicts of raw values (Variables unwrapped); list indices stay ints."""
         return {
-            k: v.to_pure_dict() if isinstance(v, State) else (v._value if isinstance(v, Variable) else v)
+            k: v.to_pure_dict()
+            if isinstance(v, State)
+            else (v._value if isinstance(v, Variable) else v)
             for k, v in self._mapping.items()
         }
 
@@ -241,9 +245,7 @@ def _partition(
 
 
 def raise_unmatched(unmatched: list[tuple[Path, Any]], filters: tuple[Filter, ...]) -> None:
-    shown = ", ".join(
-        f"{format_path(p)} ({type(v).__name__})" for p, v in unmatched[:10]
-    )
+    shown = ", ".join(f"{format_path(p)} ({type(v).__name__})" for p, v in unmatched[:10])
     more = f" and {len(unmatched) - 10} more" if len(unmatched) > 10 else ""
     raise ValueError(
         f"split filters {tuple(map(_show, filters))} leave {len(unmatched)} value(s) unmatched: "
@@ -258,8 +260,10 @@ def _repr(state: State, indent: int) -> str:
     lines = ["State({"]
     for key in sorted(state._mapping, key=sort_key):
         value = state._mapping[key]
-        shown = _repr(value, indent + 1) if isinstance(value, State) else (
-            repr(value) if isinstance(value, Variable) else _describe(value)
+        shown = (
+            _repr(value, indent + 1)
+            if isinstance(value, State)
+            else (repr(value) if isinstance(value, Variable) else _describe(value))
         )
         lines.append(f"{pad}{key!r}: {shown},")
     lines.append("  " * indent + "})")

@@ -90,7 +90,8 @@ def register_pytree(cls: type) -> None:
     """Register the Variable class ``cls`` with JAX: one child (the raw value, key ``.value``),
     aux data its kind and cached metadata key."""
     key = jax.tree_util.GetAttrKey("value")
-    set_value = cls._value.__set__  # type: ignore[attr-defined]
+    set_raw_value = cls._raw_value.__set__  # type: ignore[attr-defined]
+    set_private = cls._private.__set__  # type: ignore[attr-defined]
     set_meta = cls._meta.__set__  # type: ignore[attr-defined]
     set_meta_key = cls._meta_key.__set__  # type: ignore[attr-defined]
     set_trace = cls._trace.__set__  # type: ignore[attr-defined]
@@ -103,7 +104,8 @@ def register_pytree(cls: type) -> None:
 
     def unflatten(aux: Aux, children: Any) -> Any:
         new: Any = object.__new__(cls)
-        set_value(new, children[0])
+        set_raw_value(new, children[0])
+        set_private(new, False)
         set_meta(new, dict(aux.meta))
         set_meta_key(new, aux.key)
         set_trace(new, current_trace())

@@ -27,13 +27,26 @@ from ._variable_ops import install_operators, register_pytree
 A = TypeVar("A")
 V = TypeVar("V", bound="Variable[Any]")
 
-_SLOTS = frozenset({"_value", "_meta", "_meta_key", "_trace"})
+_SLOTS = frozenset({"_value", "_raw_value", "_meta", "_meta_key", "_trace", "_private"})
 _structure_listeners: list[Callable[[], None]] = []
 
 __all__ = [  # private helpers are re-exported for the graph modules
-    "A", "MISSING", "BatchStat", "Cache", "Intermediate", "Param", "Perturbation", "Variable",
-    "_ById", "_describe", "has_tracer", "hashable", "register_variable_type",
-    "registered_variable_types", "variable_name", "variable_type",
+    "A",
+    "MISSING",
+    "BatchStat",
+    "Cache",
+    "Intermediate",
+    "Param",
+    "Perturbation",
+    "Variable",
+    "_ById",
+    "_describe",
+    "has_tracer",
+    "hashable",
+    "register_variable_type",
+    "registered_variable_types",
+    "variable_name",
+    "variable_type",
 ]
 
 
@@ -42,7 +55,7 @@ def has_tracer(value: Any) -> bool:
     if isinstance(value, Tracer):
         return True
     if isinstance(value, Variable):
-        return has_tracer(value._value)
+        return has_tracer(value._raw_value)
     if isinstance(value, (tuple, list)):
         return any(has_tracer(x) for x in value)
     if isinstance(value, dict):
@@ -81,8 +94,13 @@ class Variable(Generic[A]):
         ('example.Count', True)
     """
 
-    __slots__ = ("_value", "_meta", "_meta_key", "_trace")
-    _value: Any
+    # ``_private`` is True only while the value is an array that nnx_core.jit wrote as a fresh
+    # output and that nothing has read since: reading ``_value`` (which every read that may keep
+    # the value goes through) clears it, and every other write stores False. jit donates such a
+    # buffer without a copy; see docs/design/transforms.md.
+    __slots__ = ("_raw_value", "_meta", "_meta_key", "_trace", "_private")
+    _raw_value: Any
+    _private: bool
     _meta: dict[str, Any]
     _meta_key: tuple[Any, ...] | None
     _trace: Any
@@ -130,6 +148,18 @@ class Variable(Generic[A]):
         return type(self)
 
     # -- value -------------------------------------------------------------------------------
+    @property
+    def _value(self) -> Any:
+        """The value, read by something that may keep it (so it is no longer private)."""
+        _set_private_slot(self, False)
+        return self._raw_value
+
+    def _peek(self) -> Any:
+        """The value for a read that keeps no reference to it (shape, dtype, conversions)."""
+        if type(self).get_value is Variable.get_value:
+            return self._raw_value
+        return self.get_value()
+
     def create_value(self, value: A) -> A:
         """Hook run once on the value given to the constructor; returns the value to store."""
         return value
@@ -176,7 +206,7 @@ class Variable(Generic[A]):
         if index is MISSING:
             self.set_raw_value(value)
             return
-        old = self._value
+        old = self._raw_value
         if isinstance(old, jax.Array):
             if index is Ellipsis and _same_array_type(old, value):
                 self.set_raw_value(value)
@@ -219,7 +249,7 @@ class Variable(Generic[A]):
     def _check_trace(self, value: Any) -> None:
         if has_tracer(value) and self._trace != current_trace():
             raise TraceContextError(
-                f"Cannot set a traced value on {type(self).__name__}({_describe(self._value)}): "
+                f"Cannot set a traced value on {type(self).__name__}({_describe(self._raw_value)}): "
                 "it was created outside the JAX transform that is running now. Pass the Module "
                 "that owns it as an argument of the transform (e.g. nnx_core.jit(f)(model, x)) "
                 "instead of capturing it from an enclosing scope."
@@ -353,7 +383,7 @@ class Variable(Generic[A]):
         except AttributeError:
             raise AttributeError(
                 f"{type(self).__name__} has no metadata {name!r} and its value of type "
-                f"{type(self._value).__name__} has no attribute {name!r}; metadata keys: "
+                f"{type(self._raw_value).__name__} has no attribute {name!r}; metadata keys: "
                 f"{sorted(meta)}"
             ) from None
 
@@ -439,22 +469,22 @@ class Variable(Generic[A]):
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.get_value().shape  # type: ignore[attr-defined,no-any-return]
+        return self._peek().shape  # type: ignore[no-any-return]
 
     @property
     def dtype(self) -> Any:
-        return self.get_value().dtype  # type: ignore[attr-defined]
+        return self._peek().dtype
 
     @property
     def ndim(self) -> int:
-        return self.get_value().ndim  # type: ignore[attr-defined,no-any-return]
+        return self._peek().ndim  # type: ignore[no-any-return]
 
     @property
     def size(self) -> int:
-        return self.get_value().size  # type: ignore[attr-defined,no-any-return]
+        return self._peek().size  # type: ignore[no-any-return]
 
     def __len__(self) -> int:
-        return len(self.get_value())  # type: ignore[arg-type]
+        return len(self._peek())
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.get_value())  # type: ignore[call-overload]
@@ -466,19 +496,19 @@ class Variable(Generic[A]):
         return self.get_value()(*args, **kwargs)  # type: ignore[operator]
 
     def __bool__(self) -> bool:
-        return bool(self.get_value())
+        return bool(self._peek())
 
     def __float__(self) -> float:
-        return float(self.get_value())  # type: ignore[arg-type]
+        return float(self._peek())
 
     def __int__(self) -> int:
-        return int(self.get_value())  # type: ignore[call-overload,no-any-return]
+        return int(self._peek())
 
     def __index__(self) -> int:
-        return operator.index(self.get_value())  # type: ignore[arg-type]
+        return operator.index(self._peek())
 
     def __repr__(self) -> str:
-        parts = [_describe(self._value)]
+        parts = [_describe(self._raw_value)]
         parts += [f"{k}={v!r}" for k, v in self._meta.items()]
         return f"{type(self).__name__}({', '.join(parts)})"
 
@@ -492,7 +522,16 @@ def _same_array_type(old: jax.Array, new: Any) -> bool:
     )
 
 
-_set_value_slot = Variable._value.__set__  # type: ignore[attr-defined,misc,union-attr]
+_set_raw_value_slot = Variable._raw_value.__set__  # type: ignore[attr-defined,misc,union-attr]
+_set_private_slot = Variable._private.__set__  # type: ignore[attr-defined,misc,union-attr]
+
+
+def _set_value_slot(v: Variable[Any], value: Any) -> None:
+    """Store a value that something else may also hold (every write but jit's fresh outputs)."""
+    _set_raw_value_slot(v, value)
+    _set_private_slot(v, False)
+
+
 _set_meta_slot = Variable._meta.__set__  # type: ignore[attr-defined,misc,union-attr]
 _set_meta_key_slot = Variable._meta_key.__set__  # type: ignore[attr-defined,misc,union-attr]
 _set_trace_slot = Variable._trace.__set__  # type: ignore[attr-defined,misc,union-attr]
@@ -587,4 +626,3 @@ class Perturbation(Intermediate[A], kind="Perturbation"):
         >>> isinstance(Perturbation(jnp.zeros(2)), Intermediate)
         True
     """
-

@@ -43,7 +43,7 @@ def eval_shape(f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     if not info.same and info.graphdef is not None:
         built = unflatten(info.graphdef, out_values)
         built = built if info.graphdef.spec[0] == "multi" else (built,)
-        new_roots = built[info.n_roots:]
+        new_roots = built[info.n_roots :]
     leaves: list[Any] = list(out_others)
     for pos, (kind, idx) in zip(info.out_positions, info.out_nodes):
         leaves.insert(pos, plan.objs[idx] if kind == "in" else new_roots[idx])

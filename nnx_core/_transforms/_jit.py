@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import operator
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,6 +13,7 @@ import jax
 from .._graph import GraphDef, Plan
 from .._state import State
 from .._variables import Variable
+from . import _donation
 from ._lift import Call, OutInfo, PlanCache, apply, extract, input_values, is_graph_root, run_pure
 
 
@@ -21,13 +24,71 @@ def _as_tuple(x: int | Sequence[int] | None) -> tuple[int, ...]:
 
 
 class _Compiled:
-    """One compiled function per static key, plus what its trace learned about the outputs."""
+    """One compiled function per static key, plus what its trace learned about the outputs.
 
-    __slots__ = ("fn", "info")
+    With ``layout`` (donation by default) ``fn`` takes ``(donated, kept, others)``; without it,
+    ``(values, others)``.
+    """
 
-    def __init__(self, fn: Callable[..., Any]):
+    __slots__ = ("fn", "info", "layout")
+
+    def __init__(self, fn: Any):  # a jax.jit-wrapped function
         self.fn = fn
         self.info: OutInfo | None = None
+        self.layout: _donation.Layout | None = None
+
+
+@functools.cache
+def _array_type() -> type:
+    """jax's concrete Array class, found on first use: making an array when nnx_core is
+    imported would start the backend (and its compiler threads) in every importing process."""
+    with jax.ensure_compile_time_eval():
+        return type(jax.numpy.zeros(()))
+
+
+class _Repeat:
+    """The last call's cut, reused while the same roots come back in the same positions with
+    plain arrays elsewhere: the call then skips extracting, plan lookup and cache keys.
+
+    It holds its Plan weakly (Plans live on the model, and a jitted function must not keep a
+    dropped model alive).
+    """
+
+    __slots__ = ("n", "positions", "others", "plan", "compiled", "array_type")
+
+    def __init__(self, n: int, positions: tuple[int, ...], plan: Plan, compiled: _Compiled):
+        self.n = n
+        self.positions = positions
+        self.others = tuple(i for i in range(n) if i not in positions)
+        self.plan = weakref.ref(plan)
+        self.compiled = compiled
+        self.array_type = _array_type()
+
+    @classmethod
+    def of(
+        cls, args: tuple[Any, ...], call: Call, plan: Plan, compiled: _Compiled
+    ) -> _Repeat | None:
+        n = len(args)
+        positions = tuple(i for i, a in enumerate(args) if is_graph_root(a))
+        array_type = _array_type()
+        if len(positions) != len(call.roots) or not all(
+            type(args[i]) is array_type for i in range(n) if i not in positions
+        ):
+            return None
+        return cls(n, positions, plan, compiled)
+
+    def match(self, args: tuple[Any, ...]) -> tuple[Plan, list[Any]] | None:
+        plan = self.plan()
+        if plan is None or len(args) != self.n:
+            return None
+        get = args.__getitem__
+        if not all(map(operator.is_, map(get, self.positions), plan.roots)) or not plan.valid():
+            return None
+        others = list(map(get, self.others))
+        array_type = self.array_type
+        if not all(type(a) is array_type for a in others):
+            return None
+        return plan, others
 
 
 class JitWrapped:
@@ -39,7 +100,7 @@ class JitWrapped:
         *,
         static_argnums: tuple[int, ...],
         static_argnames: tuple[str, ...],
-        donate_argnums: tuple[int, ...],
+        donate_argnums: tuple[int, ...] | None,
         in_shardings: Any,
         out_shardings: Any,
         jit_kwargs: dict[str, Any],
@@ -54,6 +115,7 @@ class JitWrapped:
         self.jit_kwargs = jit_kwargs
         self._plans = PlanCache()
         self._compiled: dict[Any, _Compiled] = {}
+        self._repeat: _Repeat | None = None
 
     def _split_static(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         n = len(args)
@@ -62,7 +124,10 @@ class JitWrapped:
         static_kw = tuple((k, kwargs[k]) for k in self.static_argnames if k in kwargs)
         return static_pos, static_kw
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def _prepare(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[_Compiled, Call, Plan]:
+        """The compiled entry (created on first use), the cut arguments and their Plan."""
         static: tuple[Any, ...] = ()
         orig_args = args
         if self.static_argnums or self.static_argnames:
@@ -77,13 +142,56 @@ class JitWrapped:
         compiled = self._compiled.get(key)
         if compiled is None:
             compiled = self._compile(key, call, orig_args, plan)
+        return compiled, call, plan
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        repeat = self._repeat
+        if repeat is not None and not kwargs:  # the same roots as last time?
+            found = repeat.match(args)
+            if found is not None:
+                plan, others = found
+                compiled = repeat.compiled
+                assert compiled.info is not None and compiled.layout is not None
+                return _donation.call(compiled.fn, compiled.layout, compiled.info, plan, others)
+        compiled, call, plan = self._prepare(args, kwargs)
+        layout = compiled.layout
+        if layout is not None and not kwargs and not (self.static_argnums or self.static_argnames):
+            self._repeat = _Repeat.of(args, call, plan, compiled)
+        if layout is not None:
+            assert compiled.info is not None  # learned before the layout
+            return _donation.call(compiled.fn, layout, compiled.info, plan, call.others)
         values, out_others = compiled.fn(input_values(plan), call.others)
-        assert compiled.info is not None
+        assert compiled.info is not None  # set by the trace
         return apply(compiled.info, plan, values, out_others)
 
+    def lower(self, *args: Any, **kwargs: Any) -> jax.stages.Lowered:
+        """Lower the step for these arguments without running it (jax's ahead-of-time API).
+
+        ``.compile()`` on the result gives the executable the call would run, so its
+        ``memory_analysis()`` and ``cost_analysis()`` describe the real step. Nothing is
+        written back to the arguments.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> import nnx_core as nnx
+            >>> class M(nnx.Module):
+            ...     def __init__(self): self.w = nnx.Param(jnp.ones(3))
+            >>> f = nnx.jit(lambda m, x: m.w.value * x)
+            >>> stats = f.lower(M(), jnp.ones(3)).compile().memory_analysis()
+            >>> stats.output_size_in_bytes
+            12
+        """
+        compiled, call, plan = self._prepare(args, kwargs)
+        layout = compiled.layout
+        if layout is None:
+            return compiled.fn.lower(input_values(plan), call.others)
+        values = [v._raw_value if isinstance(v, Variable) else v for v in plan.current_leaves()]
+        return compiled.fn.lower(
+            [values[i] for i in layout.donated], [values[i] for i in layout.kept], call.others
+        )
+
     def _compile(self, key: Any, call: Call, args: tuple[Any, ...], plan: Plan) -> _Compiled:
-        graphdef: GraphDef = key[0]
-        treedef, positions, static = key[1], key[2], key[3]
+        static = key[3]
         fun = self.fun
 
         def call_fun(*a: Any, **kw: Any) -> Any:
@@ -96,36 +204,117 @@ class JitWrapped:
                 a = tuple(full)
             return fun(*a, **kw)
 
+        functools.update_wrapper(call_fun, fun)
+        kwargs = dict(self.jit_kwargs)
+        if self.out_shardings is not None:
+            kwargs["out_shardings"] = self.out_shardings
+        shardings = None
+        if self.in_shardings is not None:
+            shardings = _leaf_shardings(self.in_shardings, args, self.static_argnums, call, plan)
+        if self.donate_argnums is None:
+            compiled = self._compile_donating(key, call, plan, call_fun, kwargs, shardings)
+        else:
+            compiled = self._compile_as_asked(key, args, call_fun, kwargs, shardings)
+        self._compiled[key] = compiled
+        return compiled
+
+    def _compile_as_asked(
+        self,
+        key: Any,
+        args: tuple[Any, ...],
+        call_fun: Callable[..., Any],
+        kwargs: dict[str, Any],
+        shardings: tuple[list[Any], list[Any]] | None,
+    ) -> _Compiled:
+        """``donate_argnums`` given: donate what it names (every state buffer of the graph
+        arguments if it names one of them), without checks; ``()`` donates nothing."""
+        graphdef: GraphDef = key[0]
+        treedef, positions = key[1], key[2]
         compiled = _Compiled(lambda *_: None)
+        assert self.donate_argnums is not None
         donated = [args[i] for i in self.donate_argnums if -len(args) <= i < len(args)]
         donate = tuple(
-            i for i, wanted in enumerate((
-                any(is_graph_root(a) for a in donated),
-                any(not is_graph_root(a) for a in donated),
-            )) if wanted
+            i
+            for i, wanted in enumerate(
+                (
+                    any(is_graph_root(a) for a in donated),
+                    any(not is_graph_root(a) for a in donated),
+                )
+            )
+            if wanted
         )
 
         def pure(in_values: list[Any], others: list[Any]) -> tuple[list[Any], list[Any]]:
             info, values, out_others = run_pure(
-                call_fun, graphdef, in_values, treedef, positions, others,
+                call_fun,
+                graphdef,
+                in_values,
+                treedef,
+                positions,
+                others,
                 return_all=0 in donate,
             )
             if compiled.info is not None and compiled.info != info:
-                raise ValueError(
-                    "jit: the function changed the structure of its Module arguments differently "
-                    "for inputs of different shapes or dtypes. Make structural changes (new "
-                    "attributes, sow) independent of input shapes, or jit the two cases separately."
-                )
+                raise ValueError(_donation._CHANGED_DIFFERENTLY)
             compiled.info = info
             return values, out_others
 
-        kwargs = dict(self.jit_kwargs)
-        if self.in_shardings is not None:
-            kwargs["in_shardings"] = _leaf_shardings(self.in_shardings, args, self.static_argnums, call, plan)
-        if self.out_shardings is not None:
-            kwargs["out_shardings"] = self.out_shardings
+        if shardings is not None:
+            kwargs = {**kwargs, "in_shardings": shardings}
         compiled.fn = jax.jit(pure, donate_argnums=donate, **kwargs)
-        self._compiled[key] = compiled
+        return compiled
+
+    def _compile_donating(
+        self,
+        key: Any,
+        call: Call,
+        plan: Plan,
+        call_fun: Callable[..., Any],
+        kwargs: dict[str, Any],
+        shardings: tuple[list[Any], list[Any]] | None,
+    ) -> _Compiled:
+        """Donation by default (see _donation): trace once, then donate what the step replaces."""
+        graphdef: GraphDef = key[0]
+        treedef, positions = key[1], key[2]
+        leaves = plan.current_leaves()
+        n = len(leaves)
+        var_pos = tuple(i for i, v in enumerate(leaves) if isinstance(v, Variable))
+        kept_pos = tuple(i for i in range(n) if not isinstance(leaves[i], Variable))
+        values = [v._raw_value if isinstance(v, Variable) else v for v in leaves]
+        learned = _donation.Learned()
+        learning = _donation.learning_step(
+            call_fun, graphdef, treedef, positions, n, var_pos, kept_pos, learned
+        )
+
+        def regroup(donated: Sequence[int], kept: Sequence[int]) -> dict[str, Any]:
+            if shardings is None:
+                return kwargs
+            state, other = shardings
+            return {
+                **kwargs,
+                "in_shardings": ([state[i] for i in donated], [state[i] for i in kept], other),
+            }
+
+        jitted = jax.jit(learning, donate_argnums=(0,), **regroup(var_pos, kept_pos))
+        traced = jitted.trace(
+            [values[i] for i in var_pos], [values[i] for i in kept_pos], call.others
+        )
+        layout = _donation.exact_layout(learned, var_pos, kept_pos)
+        if layout is None:
+            layout = _donation.refined_layout(learned, n, var_pos)
+            refined = _donation.refined_step(
+                traced, learning, layout, n, var_pos, kept_pos, learned
+            )
+            jitted = jax.jit(
+                refined,
+                donate_argnums=(0,) if layout.donated else (),
+                **regroup(layout.donated, layout.kept),
+            )
+        assert learned.info is not None
+        layout.learn_result(learned.info)
+        compiled = _Compiled(jitted)
+        compiled.info = learned.info
+        compiled.layout = layout
         return compiled
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
@@ -135,7 +324,11 @@ class JitWrapped:
 
 
 def _leaf_shardings(
-    in_shardings: Any, args: tuple[Any, ...], static_argnums: tuple[int, ...], call: Call, plan: Plan,
+    in_shardings: Any,
+    args: tuple[Any, ...],
+    static_argnums: tuple[int, ...],
+    call: Call,
+    plan: Plan,
 ) -> tuple[list[Any], list[Any]]:
     """Per-argument shardings expanded to the (state values, other leaves) of one call."""
     n = len(args)
@@ -184,8 +377,12 @@ def jit(
     Args:
         fun: the function; ``jit`` can also be used as ``@jit(static_argnums=...)``.
         static_argnums, static_argnames: hashable arguments that are compile-time constants.
-        donate_argnums: donating any argument donates the state buffers of all graph arguments
-            and the other array arguments (their old values must not be used after the call).
+        donate_argnums: by default (None) the buffers of the Variables that the function
+            replaces are donated whenever nothing else can read them, so a train step updates
+            its state in place (any other buffer is copied first; see
+            docs/design/transforms.md). Naming arguments donates every state buffer of the graph
+            arguments, and the named array arguments, without those checks: their old values
+            must not be used after the call. ``()`` donates nothing.
         in_shardings: one entry per positional argument (or one for all): a ``Sharding``, or for
             a Module a State of shardings such as ``get_named_sharding(nnx.state(model), mesh)``.
         out_shardings: one ``Sharding`` for every output (state included), or None.
@@ -205,16 +402,20 @@ def jit(
     """
     if fun is None:
         return lambda f: jit(
-            f, static_argnums=static_argnums, static_argnames=static_argnames,
-            donate_argnums=donate_argnums, in_shardings=in_shardings,
-            out_shardings=out_shardings, **jit_kwargs,
+            f,
+            static_argnums=static_argnums,
+            static_argnames=static_argnames,
+            donate_argnums=donate_argnums,
+            in_shardings=in_shardings,
+            out_shardings=out_shardings,
+            **jit_kwargs,
         )
     names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames or ())
     return JitWrapped(
         fun,
         static_argnums=_as_tuple(static_argnums),
         static_argnames=names,
-        donate_argnums=_as_tuple(donate_argnums),
+        donate_argnums=None if donate_argnums is None else _as_tuple(donate_argnums),
         in_shardings=in_shardings,
         out_shardings=out_shardings,
         jit_kwargs=jit_kwargs,

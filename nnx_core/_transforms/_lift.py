@@ -128,7 +128,10 @@ def input_values(plan: Plan) -> list[Any]:
 
 
 def rebuild(
-    graphdef: GraphDef, values: Sequence[Any], treedef: Any, positions: tuple[int, ...],
+    graphdef: GraphDef,
+    values: Sequence[Any],
+    treedef: Any,
+    positions: tuple[int, ...],
     others: Sequence[Any],
 ) -> tuple[tuple[Any, ...], dict[str, Any], tuple[Any, ...], dict[int, Any]]:
     """Inside a transform: fresh objects around ``values``, put back into the arguments."""
@@ -163,8 +166,14 @@ class OutInfo:
 
 
 def collect(
-    in_graphdef: GraphDef, in_values: Sequence[Any], roots: tuple[Any, ...], in_objs: dict[int, Any],
-    out: Any, *, return_all: bool = False, plan_box: list[Plan] | None = None,
+    in_graphdef: GraphDef,
+    in_values: Sequence[Any],
+    roots: tuple[Any, ...],
+    in_objs: dict[int, Any],
+    out: Any,
+    *,
+    return_all: bool = False,
+    plan_box: list[Plan] | None = None,
 ) -> tuple[OutInfo, list[Any], list[Any]]:
     """Inside a transform, after the user function: the values to hand out and how to apply them.
 
@@ -205,12 +214,21 @@ def collect(
             i for i, (a, b) in enumerate(zip(values, in_values)) if return_all or a is not b
         )
         values = [values[i] for i in changed]
-        info = OutInfo(True, changed, None, {}, out_treedef, tuple(out_positions), tuple(out_nodes),
-                       len(roots))
+        info = OutInfo(
+            True, changed, None, {}, out_treedef, tuple(out_positions), tuple(out_nodes), len(roots)
+        )
     else:
         reuse = {j: reverse[id(obj)] for j, obj in enumerate(plan.objs) if id(obj) in reverse}
-        info = OutInfo(False, (), plan.graphdef, reuse, out_treedef, tuple(out_positions),
-                       tuple(out_nodes), len(roots))
+        info = OutInfo(
+            False,
+            (),
+            plan.graphdef,
+            reuse,
+            out_treedef,
+            tuple(out_positions),
+            tuple(out_nodes),
+            len(roots),
+        )
     return info, values, out_others
 
 
@@ -236,7 +254,7 @@ def apply(info: OutInfo, plan: Plan, values: Sequence[Any], out_others: Sequence
         reuse = {j: plan.objs[i] for j, i in info.reuse.items()}
         built = unflatten(info.graphdef, values, reuse)
         built = built if isinstance(built, tuple) and info.graphdef.spec[0] == "multi" else (built,)
-        new_roots = built[info.n_roots:]
+        new_roots = built[info.n_roots :]
     if not info.out_positions:
         return jax.tree_util.tree_unflatten(info.out_treedef, out_others)
     leaves_out: list[Any] = list(out_others)
@@ -254,8 +272,14 @@ def with_placeholders(info: OutInfo, out_others: list[Any]) -> list[Any]:
 
 
 def run_pure(
-    fun: Callable[..., Any], graphdef: GraphDef, in_values: Sequence[Any], treedef: Any,
-    positions: tuple[int, ...], others: Sequence[Any], *, return_all: bool = False,
+    fun: Callable[..., Any],
+    graphdef: GraphDef,
+    in_values: Sequence[Any],
+    treedef: Any,
+    positions: tuple[int, ...],
+    others: Sequence[Any],
+    *,
+    return_all: bool = False,
 ) -> tuple[OutInfo, list[Any], list[Any]]:
     """Rebuild, call ``fun``, collect: the body of every lifted transform."""
     args, kwargs, roots, objs = rebuild(graphdef, in_values, treedef, positions, others)

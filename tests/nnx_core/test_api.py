@@ -339,3 +339,12 @@ def test_iter_graph_handles_cycles_and_raw_arrays():
     m.raw = jnp.zeros(1)
     found = [nnx.format_path(p) for p, _ in nnx.iter_graph(m)]
     assert found == ["<root>", "parent", "parent.child", "parent.child.v", "parent.w", "raw"]
+
+
+def test_update_of_a_model_never_split_writes_only_the_given_paths():
+    m = Nested()
+    fresh = nnx.clone(m)  # nothing cached on it
+    w = fresh.layers[0].w
+    nnx.update(fresh, {"layers": {0: {"w": jnp.full(w.shape, 7.0)}}})
+    assert fresh.layers[0].w is w and float(w.value.sum()) == 7.0 * w.size
+    assert_same_values(fresh.pair, m.pair)

@@ -1,0 +1,478 @@
+"""The traversal: a graph to a hashable GraphDef plus its leaves, and back.
+
+Spec format (nested tuples; equal structures give equal specs):
+
+- ``("node", type, aux, ref, keys, children)``: ``keys`` is the tuple of child keys and
+  ``children`` the aligned child specs. A static child is stored as its own value (it is never a
+  tuple, since tuples are nodes); every other child spec is a tuple.
+- ``("var", type, meta_key, ref)``: a Variable leaf; ``("arr",)``: a raw array leaf;
+  ``("ref", ref)``: a second reference to an object seen before (shared or cyclic);
+  ``("static", value)``: only for a root that is not a node.
+- ``("multi", specs)``: several roots flattened together (shared references across them).
+
+Hashing is deferred to the first ``hash``/``==`` of a GraphDef, and unhashable static values are
+wrapped to compare by identity only then, so a ``split`` that nobody hashes pays for neither.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from types import GenericAlias
+from typing import Any
+
+import jax
+
+from ._nodes import (
+    ARRAY,
+    KINDS,
+    LAYOUTS,
+    MAYBE_ARRAY,
+    NODE,
+    TRACE_ATTR,
+    VARIABLE,
+    NodeImpl,
+    bump_epoch,
+    impl_for,
+    layout,
+)
+from ._tracing import current_trace
+from ._variables import (
+    Variable,
+    _ById,
+    _set_meta_key_slot,
+    _set_meta_slot,
+    _set_trace_slot,
+    _set_value_slot,
+)
+
+Path = tuple[Any, ...]
+
+
+# -- GraphDef ------------------------------------------------------------------------------------
+class GraphDef:
+    """The structure of a graph with no arrays: hashable, and equal for equal structures.
+
+    It is a pytree with no leaves, so ``jax.jit`` takes it as an ordinary argument and retraces
+    only for a new structure, and ``merge(graphdef, state)`` rebuilds the graph from it.
+    """
+
+    __slots__ = ("spec", "paths", "_hash", "_trie", "_program")
+
+    def __class_getitem__(cls, item: Any) -> GenericAlias:  # GraphDef[Model] in annotations
+        return GenericAlias(cls, item)
+
+    def __init__(self, spec: tuple[Any, ...], paths: tuple[Path, ...]):
+        self.spec = spec
+        self.paths = paths
+        self._hash: int | None = None
+        self._trie: dict[Any, Any] | None = None
+        self._program: tuple[Any, ...] | None = None
+
+    def __hash__(self) -> int:
+        h = self._hash
+        if h is None:
+            try:
+                h = hash(self.spec)
+            except TypeError:  # an unhashable static value: compare it by identity
+                self.spec = _by_identity(self.spec)
+                h = hash(self.spec)
+            self._hash = h
+        return h
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, GraphDef):
+            return False
+        return hash(self) == hash(other) and self.spec == other.spec
+
+    def __repr__(self) -> str:
+        root = self.spec[1].__name__ if self.spec[0] == "node" else self.spec[0]
+        return f"GraphDef({root}, leaves={len(self.paths)})"
+
+    def trie(self) -> dict[Any, Any] | None:
+        """The leaf paths as nested dicts (key -> sub-trie, or key -> leaf position), or None
+        when a leaf is a root (an empty path)."""
+        trie = self._trie
+        if trie is None:
+            trie = {}
+            for i, path in enumerate(self.paths):
+                if not path:
+                    return None
+                node = trie
+                for key in path[:-1]:
+                    node = node.setdefault(key, {})
+                node[path[-1]] = i
+            self._trie = trie
+        return trie
+
+    def program(self) -> tuple[Any, ...]:
+        """The spec prepared for rebuilding (see ``unflatten``), computed once."""
+        prog = self._program
+        if prog is None:
+            spec = self.spec
+            prog = ("multi", tuple(map(program, spec[1]))) if spec[0] == "multi" else program(spec)
+            self._program = prog
+        return prog
+
+
+# A pytree with no leaves (as in flax.nnx): plain jax.jit and tree functions accept it as is.
+jax.tree_util.register_static(GraphDef)
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+    except TypeError:
+        return _ById(value)
+    return value
+
+
+def _by_identity(spec: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``spec`` with unhashable static values wrapped so that they compare by identity."""
+    tag = spec[0]
+    if tag == "multi":
+        return ("multi", tuple(_by_identity(s) for s in spec[1]))
+    if tag == "static":
+        return ("static", _hashable(spec[1]))
+    if tag != "node":
+        return spec
+    children = tuple(_by_identity(c) if type(c) is tuple else _hashable(c) for c in spec[5])
+    return (*spec[:5], children)
+
+
+# -- flatten -------------------------------------------------------------------------------------
+def _getter(keys: tuple[Any, ...]) -> Callable[[dict[Any, Any]], tuple[Any, ...]]:
+    if len(keys) >= 2:
+        return operator.itemgetter(*keys)
+    if keys:
+        key = keys[0]
+        return lambda d: (d[key],)
+    return lambda d: ()
+
+
+# per hidden-key set: the insertion-ordered keys of a __dict__ -> (sorted child keys, getter)
+_ORDERS: dict[frozenset[str], dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]]] = {}
+_EMPTY_SPECS: dict[type, tuple[Any, ...]] = {
+    t: ("node", t, None, None, (), ()) for t in (list, dict)
+}
+
+
+def _attribute_children(d: dict[str, Any], hidden: frozenset[str]) -> tuple[tuple, tuple]:
+    """Sorted keys and values of a node's ``__dict__`` without ``hidden`` (cached per key set)."""
+    orders = _ORDERS.get(hidden)
+    if orders is None:
+        orders = _ORDERS[hidden] = {}
+    keys = tuple(d)
+    order = orders.get(keys)
+    if order is None:
+        if len(orders) > 4096:
+            orders.clear()
+        children = tuple(sorted(k for k in keys if k not in hidden))
+        order = orders[keys] = (children, _getter(children))
+    return order[0], order[1](d)
+
+
+class Flattener:
+    """One traversal of one or more roots (shared references across roots are kept)."""
+
+    __slots__ = ("ref", "objs", "leaves", "paths", "owners", "containers", "all_variables")
+
+    def __init__(self) -> None:
+        self.ref: dict[int, int] = {}
+        self.objs: list[Any] = []
+        self.leaves: list[Any] = []
+        self.paths: list[Path] = []
+        self.owners: list[tuple[Any, NodeImpl | None, Any]] = []
+        self.containers: list[tuple[Any, NodeImpl]] = []  # mutable nodes: snapshot them
+        self.all_variables = True
+
+    def root(self, x: Any) -> tuple[Any, ...]:
+        kind = KINDS[type(x)]
+        if kind == NODE:
+            impl = impl_for(type(x))
+            if impl is not None:
+                return self.node(x, (), impl)
+        elif kind == VARIABLE:
+            return self.variable(x, (), None, None, None)
+        elif kind == ARRAY or (kind == MAYBE_ARRAY and isinstance(x, jax.Array)):
+            self.array(x, (), None, None, None)
+            return ("arr",)
+        return ("static", x)
+
+    def variable(
+        self, v: Variable, path: Path, owner: Any, impl: NodeImpl | None, key: Any
+    ) -> tuple[Any, ...]:
+        ref = self.ref
+        i = ref.get(id(v))
+        if i is not None:
+            return ("ref", i)
+        objs = self.objs
+        i = ref[id(v)] = len(objs)
+        objs.append(v)
+        self.leaves.append(v)
+        self.paths.append(path)
+        self.owners.append((owner, impl, key))
+        meta_key = v._meta_key
+        if meta_key is None:
+            meta_key = v.meta_key()
+        return ("var", type(v), meta_key, i)
+
+    def array(self, x: Any, path: Path, owner: Any, impl: NodeImpl | None, key: Any) -> None:
+        self.all_variables = False
+        self.leaves.append(x)
+        self.paths.append(path)
+        self.owners.append((owner, impl, key))
+
+    def node(self, x: Any, path: Path, impl: NodeImpl) -> tuple[Any, ...]:
+        t = type(x)
+        i = None
+        ref = self.ref
+        if impl.identity:
+            i = ref.get(id(x))
+            if i is not None:
+                return ("ref", i)
+            i = ref[id(x)] = len(self.objs)
+            self.objs.append(x)
+        aux = None
+        if impl.attributes is not None:
+            keys, values = _attribute_children(x.__dict__, impl.attributes)
+        else:
+            if (t is dict or t is list) and not x:
+                self.containers.append((x, impl))
+                return _EMPTY_SPECS[t]
+            children, aux = impl.flatten(x)
+            if impl.mutable:
+                self.containers.append((x, impl))
+            keys = tuple(k for k, _ in children)
+            values = tuple(c for _, c in children)
+        types = tuple(map(type, values))
+        found = LAYOUTS.get(types)
+        kinds, dynamic = found if found is not None else layout(types)
+        if not dynamic:
+            return ("node", t, aux, i, keys, values)
+        specs = list(values)
+        objs, leaves, paths, owners = self.objs, self.leaves, self.paths, self.owners
+        for j in dynamic:
+            c = values[j]
+            kind = kinds[j]
+            if kind == VARIABLE:  # inlined: most children that are not static are Variables
+                k = ref.get(id(c))
+                if k is not None:
+                    specs[j] = ("ref", k)
+                    continue
+                k = ref[id(c)] = len(objs)
+                objs.append(c)
+                leaves.append(c)
+                paths.append((*path, keys[j]))
+                owners.append((x, impl, keys[j]))
+                meta_key = c._meta_key
+                specs[j] = ("var", types[j], c.meta_key() if meta_key is None else meta_key, k)
+            elif kind == NODE:
+                child_impl = impl_for(types[j])
+                if child_impl is not None:
+                    specs[j] = self.node(c, (*path, keys[j]), child_impl)
+            elif kind == ARRAY or isinstance(c, jax.Array):
+                self.array(c, (*path, keys[j]), x, impl, keys[j])
+                specs[j] = ("arr",)
+        return ("node", t, aux, i, keys, tuple(specs))
+
+
+# -- unflatten -----------------------------------------------------------------------------------
+def new_variable(cls: type[Variable], value: Any, meta_key: tuple[Any, ...]) -> Variable:
+    v = object.__new__(cls)
+    _set_value_slot(v, value)
+    _set_meta_slot(v, {k: (m.obj if isinstance(m, _ById) else m) for k, m in meta_key})
+    _set_meta_key_slot(v, meta_key)
+    _set_trace_slot(v, current_trace())
+    return v
+
+
+# program tags: a node rebuilt by filling its __dict__ (Modules), a node rebuilt by its create
+# function (lists, tuples, dicts, registered types), and the children / roots that are not nodes
+_ATTRS, _CREATE, _VAR, _REF, _ARR, _STATIC, _EMPTY_DICT, _EMPTY_LIST = range(8)
+
+
+def program(spec: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A spec prepared for rebuilding: per node, its static children as one dict (set with a
+    single ``dict.update``) and its other children as ``(key, tag, payload)`` in key order."""
+    tag = spec[0]
+    if tag == "node":
+        _, t, aux, i, keys, children = spec
+        impl = impl_for(t)
+        if impl is None:
+            raise TypeError(f"{t.__name__} is no longer a registered graph node type.")
+        statics: dict[Any, Any] = {}
+        dynamic = []
+        for k, c in zip(keys, children):
+            if type(c) is tuple:
+                dynamic.append((k, *_child(c)))
+            else:
+                statics[k] = c.obj if type(c) is _ById else c
+        if impl.attributes is not None and impl.fill is not None:
+            return (_ATTRS, t, i, statics, tuple(dynamic), impl)
+        return (_CREATE, t, i, statics, tuple(dynamic), impl, aux, keys)
+    if tag == "var":
+        return (_VAR, spec[1:])
+    if tag == "ref":
+        return (_REF, spec[1])
+    if tag == "arr":
+        return (_ARR, None)
+    value = spec[1]
+    return (_STATIC, value.obj if type(value) is _ById else value)
+
+
+def _child(spec: tuple[Any, ...]) -> tuple[int, Any]:
+    """(tag, payload) of a child spec; empty lists and dicts get tags of their own."""
+    if spec is _EMPTY_SPECS[dict]:
+        return _EMPTY_DICT, None
+    if spec is _EMPTY_SPECS[list]:
+        return _EMPTY_LIST, None
+    prog = program(spec)
+    if prog[0] in (_ATTRS, _CREATE):
+        return prog[0], prog
+    return prog[0], prog[1]
+
+
+class Unflattener:
+    """Rebuilds objects from a spec and the leaves in GraphDef order.
+
+    ``reuse`` maps reference indices to existing objects to update in place instead of creating
+    them; with ``keep_variables``, Variable leaves of the recorded kind are used as they are.
+    """
+
+    __slots__ = ("next_leaf", "objs", "reuse", "keep_variables", "trace")
+
+    def __init__(
+        self,
+        leaves: Sequence[Any],
+        reuse: dict[int, Any] | None = None,
+        keep_variables: bool = False,
+    ):
+        self.next_leaf = iter(leaves).__next__
+        self.objs: dict[int, Any] = {}
+        self.reuse = reuse or {}
+        self.keep_variables = keep_variables
+        self.trace = current_trace()
+
+    def build(self, spec: tuple[Any, ...]) -> Any:
+        """Rebuild one root from its spec."""
+        return self.run(program(spec))
+
+    def run(self, prog: tuple[Any, ...]) -> Any:
+        tag = prog[0]
+        if tag == _ATTRS:
+            return self.run_attrs(prog)
+        if tag == _CREATE:
+            return self.run_create(prog)
+        return self.child(tag, prog[1])
+
+    def child(self, tag: int, payload: Any) -> Any:
+        """Build one child that is not a node with attributes (those are inlined in run_attrs)."""
+        if tag == _VAR:
+            return self.variable(self.next_leaf(), payload)
+        if tag == _ATTRS:
+            return self.run_attrs(payload)
+        if tag == _CREATE:
+            return self.run_create(payload)
+        if tag == _REF:
+            return self.objs[payload]
+        if tag == _ARR:
+            leaf = self.next_leaf()
+            return leaf._value if isinstance(leaf, Variable) else leaf
+        if tag == _EMPTY_DICT:
+            return {}
+        if tag == _EMPTY_LIST:
+            return []
+        return payload  # _STATIC
+
+    def variable(self, leaf: Any, payload: tuple[Any, ...]) -> Variable:
+        cls, meta_key, i = payload
+        if self.keep_variables and type(leaf) is cls:
+            self.objs[i] = leaf
+            return leaf
+        value = leaf._value if isinstance(leaf, Variable) else leaf
+        old = self.reuse.get(i) if self.reuse else None
+        if old is not None and type(old) is cls:
+            old.set_raw_value(value)
+            if old.meta_key() != meta_key:
+                old.set_metadata(**dict(meta_key))
+            v = old
+        else:
+            v = new_variable(cls, value, meta_key)
+        self.objs[i] = v
+        return v
+
+    def run_attrs(self, prog: tuple[Any, ...]) -> Any:
+        _, t, i, statics, dynamic, impl = prog
+        if self.reuse and type(self.reuse.get(i)) is t:
+            return self._refill(self.reuse[i], prog)
+        obj = object.__new__(t)  # as Module.__new__: records the trace it is created under
+        d = obj.__dict__
+        d[TRACE_ATTR] = self.trace
+        d.update(statics)
+        self.objs[i] = obj
+        keep, objs, nxt, child = self.keep_variables, self.objs, self.next_leaf, self.child
+        for key, tag, payload in dynamic:
+            if tag == _VAR:
+                leaf = nxt()
+                if keep and type(leaf) is payload[0]:
+                    objs[payload[2]] = d[key] = leaf
+                else:
+                    d[key] = self.variable(leaf, payload)
+            elif tag == _ATTRS:
+                d[key] = self.run_attrs(payload)
+            else:
+                d[key] = child(tag, payload)
+        return obj
+
+    def _refill(self, obj: Any, prog: tuple[Any, ...]) -> Any:
+        _, t, i, statics, dynamic, impl = prog
+        self.objs[i] = obj
+        values = dict(statics)
+        for key, tag, payload in dynamic:
+            values[key] = self.child(tag, payload)
+        impl.fill(obj, sorted(values.items()))
+        return obj
+
+    def run_create(self, prog: tuple[Any, ...]) -> Any:
+        _, t, i, statics, dynamic, impl, aux, keys = prog
+        if impl.create_empty is not None and impl.fill is not None:  # two steps (cycles)
+            obj = self.reuse.get(i) if self.reuse else None
+            if type(obj) is not t:
+                obj = impl.create_empty(t, aux)
+            self.objs[i] = obj
+            values = dict(statics)
+            for key, tag, payload in dynamic:
+                values[key] = self.child(tag, payload)
+            impl.fill(obj, [(k, values[k]) for k in keys])
+            return obj
+        values = dict(statics)
+        for key, tag, payload in dynamic:
+            values[key] = self.child(tag, payload)
+        obj = impl.create(t, aux, [(k, values[k]) for k in keys])
+        if i is not None:
+            self.objs[i] = obj
+        return obj
+
+
+def unflatten(
+    graphdef: GraphDef,
+    leaves: Sequence[Any],
+    reuse: dict[int, Any] | None = None,
+    *,
+    keep_variables: bool = False,
+) -> Any:
+    """Rebuild the graph from its GraphDef and leaves in GraphDef order.
+
+    ``reuse`` maps reference indices to existing objects that are updated in place instead of
+    being created (how the transforms write structural changes back to the caller's objects).
+    With ``keep_variables``, Variable leaves of the recorded kind are used as they are.
+    """
+    u = Unflattener(leaves, reuse, keep_variables)
+    prog = graphdef.program()
+    out = tuple(u.run(p) for p in prog[1]) if prog[0] == "multi" else u.run(prog)
+    if reuse:
+        bump_epoch()
+    return out
