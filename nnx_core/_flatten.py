@@ -159,6 +159,9 @@ _EMPTY_SPECS: dict[type, tuple[Any, ...]] = {
 }
 
 
+_CONTAINER_IMPLS: dict[type, Any] = {t: impl_for(t) for t in (list, dict)}
+
+
 def _attribute_children(d: dict[str, Any], hidden: frozenset[str]) -> tuple[tuple, tuple]:
     """Sorted keys and values of a node's ``__dict__`` without ``hidden`` (cached per key set)."""
     orders = _ORDERS.get(hidden)
@@ -270,7 +273,12 @@ class Flattener:
                 meta_key = c._meta_key
                 specs[j] = ("var", types[j], c.meta_key() if meta_key is None else meta_key, k)
             elif kind == NODE:
-                child_impl = impl_for(types[j])
+                t_child = types[j]
+                if (t_child is dict or t_child is list) and not c:  # inlined: empty containers
+                    self.containers.append((c, _CONTAINER_IMPLS[t_child]))
+                    specs[j] = _EMPTY_SPECS[t_child]
+                    continue
+                child_impl = impl_for(t_child)
                 if child_impl is not None:
                     specs[j] = self.node(c, (*path, keys[j]), child_impl)
             elif kind == ARRAY or isinstance(c, jax.Array):
