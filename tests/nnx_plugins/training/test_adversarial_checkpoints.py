@@ -12,44 +12,17 @@ import pathlib
 import shutil
 import tempfile
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import nnx_core as nnx
 import nnx_plugins
 from nnx_plugins import CheckpointError, load, save
 from nnx_plugins.training import _checkpoint_manifest as manifest_module
 from nnx_plugins.training._checkpoint import rotate, step_directory
 
-CONFIG = {
-    "model": {
-        "type": "Sequential",
-        "layers": [
-            {"type": "Linear", "in_features": 3, "out_features": 4, "param_dtype": "bfloat16"},
-            {"type": "BatchNorm", "num_features": 4},
-            {"type": "Dropout", "rate": 0.5},
-            {"type": "Linear", "in_features": 4, "out_features": 2},
-        ],
-    }
-}
-
-
-def build(seed=0):
-    return nnx_plugins.build(CONFIG, rngs=nnx.Rngs(seed))
-
-
-def values(model):
-    out = {}
-    for path, variable in nnx.state(model).flat_state():
-        value = variable.value
-        if jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
-            value = jax.random.key_data(value)
-        out[path] = (value.dtype, np.asarray(value))
-    return out
+from .checkpoint_model import CONFIG, build, values
 
 
 def edit_manifest(where, change):

@@ -17,8 +17,6 @@ import sys
 import tempfile
 import textwrap
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -27,36 +25,12 @@ from hypothesis import strategies as st
 from safetensors.numpy import load_file, save_file
 
 import nnx_core as nnx
-import nnx_plugins
 from nnx_plugins import CheckpointError, load, read_manifest
 from nnx_plugins.training._checkpoint import latest_checkpoint, rotate, save_sharded
 
-CONFIG = {
-    "model": {
-        "type": "Sequential",
-        "layers": [
-            {"type": "Linear", "in_features": 3, "out_features": 4, "param_dtype": "bfloat16"},
-            {"type": "BatchNorm", "num_features": 4},
-            {"type": "Dropout", "rate": 0.5},
-            {"type": "Linear", "in_features": 4, "out_features": 2},
-        ],
-    }
-}
+from .checkpoint_model import CONFIG, build, values
+
 FIRST, SECOND = "tensors-00000-of-00002.safetensors", "tensors-00001-of-00002.safetensors"
-
-
-def build(seed=0):
-    return nnx_plugins.build(CONFIG, rngs=nnx.Rngs(seed))
-
-
-def values(node):
-    out = {}
-    for path, variable in nnx.state(node).flat_state():
-        value = variable.value
-        if jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
-            value = jax.random.key_data(value)
-        out[path] = (value.dtype, np.asarray(value))
-    return out
 
 
 def sha256(path):
