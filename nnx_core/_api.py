@@ -15,6 +15,7 @@ from ._filters import (
     _Constant,
     check_filters,
 )
+from ._flatten import Mismatch, unflatten_state
 from ._graph import GraphDef, Plan, bump_epoch, impl_for, is_array, iter_nodes, plan_for, unflatten
 from ._state import State, format_path, raise_unmatched, sort_key
 from ._variables import Variable
@@ -120,6 +121,10 @@ def split(node: Any, *filters: Filter) -> tuple[Any, ...]:
         ValueError: a Variable matches no filter (its path is named), or ``...`` is not last.
     """
     plan = plan_for(node)
+    if not filters:
+        fresh = plan.take_fresh()
+        if fresh is not None:  # the first split of this structure: its traversal built it
+            return plan.graphdef, fresh
     leaves = plan.current_leaves()
     parts = _partition(plan, filters, exhaustive=True)
     return (plan.graphdef, *(_build_state(plan, p, leaves) for p in parts))
@@ -138,6 +143,10 @@ def state(node: Any, *filters: Filter) -> Any:
         (2, ['w'])
     """
     plan = plan_for(node)
+    if not filters:
+        fresh = plan.take_fresh()
+        if fresh is not None:
+            return fresh
     leaves = plan.current_leaves()
     parts = _partition(plan, filters, exhaustive=False)
     states = tuple(_build_state(plan, p, leaves) for p in parts)
@@ -187,6 +196,11 @@ def merge(
         s if isinstance(s, State) else State(s)
         for s in ((state, *states) if state is not None else ())
     )
+    if len(given) == 1:  # the common case: read the leaves along the program, in one pass
+        try:
+            return unflatten_state(graphdef, given[0])
+        except Mismatch:
+            pass
     leaves = _leaves_along(graphdef, given)
     if leaves is None:
         leaves = _leaves_by_path(graphdef, given)

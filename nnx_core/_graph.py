@@ -11,7 +11,15 @@ import operator
 from collections.abc import Iterator
 from typing import Any
 
-from ._flatten import Flattener, GraphDef, Unflattener, new_variable, unflatten
+from ._flatten import (
+    Flattener,
+    GraphDef,
+    Unflattener,
+    leaf_owners,
+    new_state,
+    new_variable,
+    unflatten,
+)
 from ._nodes import (
     _EPOCH,
     _IMPLS,
@@ -70,39 +78,38 @@ def snapshot(x: Any, impl: NodeImpl) -> tuple[Any, ...]:
 
 
 def _checks(containers: list[tuple[Any, NodeImpl]]) -> tuple[list[Any], ...]:
-    """Snapshots of the mutable containers, grouped by how cheaply they are re-checked: empty
-    lists and dicts (most metadata dicts), lists and dicts (C-level tuple comparisons), then
-    registered types."""
-    empty: list[Any] = []
+    """Snapshots of the non-empty mutable containers, grouped by how cheaply they are
+    re-checked: lists and dicts (C-level tuple comparisons), then registered types."""
     lists: list[Any] = []
     dicts: list[Any] = []
     others: list[Any] = []
     for x, impl in containers:
         t = type(x)
-        if (t is list or t is dict) and not x:
-            empty.append(x)
-        elif t is list:
+        if t is list:
             lists.append((x, tuple(map(id, x))))
         elif t is dict:
             dicts.append((x, tuple(x), tuple(map(id, x.values()))))
         else:
             others.append((x, impl, snapshot(x, impl)))
-    return empty, lists, dicts, others
+    return lists, dicts, others
 
 
 class Plan:
     """A cached flattening of some roots: GraphDef plus the leaves in order.
 
     Valid while the structure epoch is unchanged and no mutable container changed its items.
+    ``fresh`` holds the State the traversal built, for the first ``split``/``state`` to take.
     """
 
     __slots__ = (
         "roots",
         "graphdef",
         "leaves",
-        "owners",
         "epoch",
+        "empty",
         "containers",
+        "fresh",
+        "_owners",
         "index",
         "partitions",
         "variables_only",
@@ -130,10 +137,12 @@ class Plan:
         self.roots = roots
         self.objs = f.objs
         self.bounds = bounds
-        self.graphdef = GraphDef(spec, tuple(f.paths))
+        self.graphdef = GraphDef(spec)
         self.leaves = f.leaves
-        self.owners = f.owners
+        self._owners: list[tuple[Any, NodeImpl | None, Any]] | None = None
+        self.empty = f.empty
         self.containers = f.containers
+        self.fresh: list[dict[Any, Any] | None] | None = f.states if f.all_variables else None
         self._checks = _checks(f.containers)
         self.epoch = _EPOCH[0]
         self.index: dict[Path, int] | None = None
@@ -145,9 +154,9 @@ class Plan:
         """Whether the cached flattening still describes the graph (a hot path: keep it lean)."""
         if self.epoch != _EPOCH[0]:
             return False
-        empty, lists, dicts, others = self._checks
-        if any(empty):
+        if any(self.empty):
             return False
+        lists, dicts, others = self._checks
         for x, ids in lists:
             if tuple(map(id, x)) != ids:
                 return False
@@ -158,6 +167,24 @@ class Plan:
             if snapshot(x, impl) != snap:
                 return False
         return True
+
+    @property
+    def owners(self) -> list[tuple[Any, NodeImpl | None, Any]]:
+        """``(owner, owner's NodeImpl, key)`` per leaf (worked out on first use)."""
+        owners = self._owners
+        if owners is None:
+            owners = self._owners = leaf_owners(self.graphdef.spec, self.roots)
+        return owners
+
+    def take_fresh(self, root: int = 0) -> Any:
+        """The State the traversal built for root ``root``, once (None afterwards, or if the
+        graph holds raw arrays, whose owners may have been given new ones since)."""
+        fresh = self.fresh
+        if fresh is None:
+            return None
+        self.fresh = None
+        mapping = fresh[root]
+        return None if mapping is None else new_state(mapping)
 
     def current_leaves(self) -> list[Any]:
         """Leaves with raw arrays re-read from their owners (they are replaced, not mutated)."""

@@ -12,7 +12,7 @@ import pytest
 import nnx_core as nnx
 from nnx_core import _graph
 
-from .corpus import CORPUS, Leaf, Nested
+from .corpus import CORPUS, Leaf, Nested, RawArrays
 
 
 # -- GraphDef -------------------------------------------------------------------------------------
@@ -135,3 +135,106 @@ def test_merge_with_a_later_state_overriding_an_earlier_one():
     graphdef, state = nnx.split(m)
     newer = nnx.State({"w": nnx.Param(jnp.zeros(2))})
     assert nnx.merge(graphdef, state, newer).w.value.tolist() == [0.0, 0.0]
+
+
+# -- the first split's State, built by the traversal itself ----------------------------------------
+def _structure(s):
+    """Keys in order, nested, with the identities of the leaves."""
+    return [
+        (k, _structure(v) if isinstance(v, nnx.State) else id(v)) for k, v in s._mapping.items()
+    ]
+
+
+@pytest.mark.parametrize("name", CORPUS)
+def test_the_first_split_builds_the_same_state_as_a_later_one(name):
+    m = CORPUS[name]()
+    _, first = nnx.split(m)  # a new structure: the traversal's own State
+    _, second = nnx.split(m)  # the cached structure: built along the paths
+    assert _structure(first) == _structure(second)
+    assert jax.tree.structure(first) == jax.tree.structure(second)
+    paths = nnx.graphdef(m).paths  # worked out from the spec when first asked for
+    assert sorted(p for p, _ in first.flat_state()) == sorted(paths) and len(set(paths)) == len(
+        paths
+    )
+
+
+@pytest.mark.parametrize("call", [nnx.split, nnx.state])
+def test_each_split_gives_a_state_of_its_own(call):
+    m = Nested()
+    s1 = call(m)
+    s1 = s1[1] if isinstance(s1, tuple) else s1
+    s1["added"] = nnx.Param(jnp.ones(1))
+    del s1["pair"]
+    s2 = call(m)
+    s2 = s2[1] if isinstance(s2, tuple) else s2
+    assert "added" not in s2 and "pair" in s2
+
+
+def test_a_state_after_jit_holds_the_raw_arrays_the_jit_wrote():
+    m = RawArrays()
+
+    @nnx.jit
+    def step(m):
+        m.jax_array = m.jax_array + 1
+        m.in_list[0] = m.in_list[0] * 3
+
+    step(m)  # the jit made the Plan (and its traversal's State) before any split
+    s = nnx.state(m)
+    assert s["jax_array"].tolist() == [1.0, 2.0, 3.0] and s["in_list"][0].tolist() == [3.0, 3.0]
+
+
+@pytest.mark.parametrize("name", CORPUS)
+def test_leaf_owners_hold_each_leaf_under_its_key(name):
+    m = CORPUS[name]()
+    plan = _graph.plan_for(m)
+    assert len(plan.owners) == len(plan.leaves)
+    for leaf, (owner, impl, key) in zip(plan.current_leaves(), plan.owners):
+        assert _graph.read_child(owner, impl, key) is leaf
+
+
+def test_paths_of_a_multi_root_graphdef_start_at_each_root():
+    a, b = Leaf(2), Leaf(3)
+    plan = _graph.Plan((a, [b, a.w]))
+    assert plan.graphdef.paths == (("w",), (0, "w"))  # a.w again is a second reference
+
+
+# -- merge from one State, read along the program ------------------------------------------------
+@pytest.mark.parametrize("name", CORPUS)
+def test_merge_of_one_state_equals_merge_of_its_parts(name):
+    m = CORPUS[name]()
+    graphdef, state = nnx.split(m)
+    one = nnx.merge(graphdef, state)
+    parts = nnx.merge(graphdef, *nnx.split(m, nnx.Param, ...)[1:])
+    assert nnx.graphdef(one) == nnx.graphdef(parts) == graphdef
+    assert _structure(nnx.state(one)) == _structure(nnx.state(parts))
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda s: s.__setitem__("extra", nnx.Param(jnp.ones(1))), r"Unexpected: extra\."),
+        (lambda s: s.__delitem__("pair"), r"Missing: pair\[0\]\."),
+        (
+            lambda s: s["blocks"]["a_first"].__setitem__(1, nnx.State({"w": jnp.ones(1)})),
+            r"Missing: blocks\.a_first\[1\]\. Unexpected: blocks\.a_first\[1\]\.w\.",
+        ),
+        (
+            lambda s: s["layers"].__setitem__(0, jnp.ones(1)),
+            r"Missing: layers\[0\]\.w\. Unexpected: layers\[0\]\.",
+        ),
+        (lambda s: s["layers"][1].__delitem__(1), r"Missing: layers\[1\]\[1\]\.deep\."),
+    ],
+    ids=["extra", "missing", "state_for_a_leaf", "leaf_for_a_state", "missing_deep"],
+)
+def test_merge_of_one_state_that_differs_names_the_paths(edit, match):
+    graphdef, state = nnx.split(Nested())
+    edit(state)
+    with pytest.raises(ValueError, match=match):
+        nnx.merge(graphdef, state)
+
+
+def test_merge_of_one_state_wraps_raw_arrays_and_converts_kinds():
+    graphdef, state = nnx.split(Leaf(2))
+    state["w"] = jnp.zeros(2)
+    merged = nnx.merge(graphdef, state)
+    assert type(merged.w) is nnx.Param and merged.w[...].tolist() == [0.0, 0.0]
