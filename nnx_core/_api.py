@@ -18,7 +18,7 @@ from ._filters import (
 from ._flatten import Mismatch, unflatten_state
 from ._graph import GraphDef, Plan, bump_epoch, impl_for, is_array, iter_nodes, plan_for, unflatten
 from ._state import State, format_path, raise_unmatched, sort_key
-from ._variables import Variable
+from ._variables import UNTRACED, Variable, _set_value_slot
 
 Path = tuple[Any, ...]
 _CACHEABLE = (type, str, OfType, PathContains, All, Any_, Not, _Constant)
@@ -325,7 +325,11 @@ def _write_into(node: Any, mapping: dict[Any, Any]) -> bool:
             if not _write_into(target, value._mapping):
                 return False
         elif isinstance(target, Variable):
-            target.set_raw_value(value._value if isinstance(value, Variable) else value)
+            raw = value._value if isinstance(value, Variable) else value
+            if type(raw) in UNTRACED:  # a concrete array: no trace to check
+                _set_value_slot(target, raw)
+            else:
+                target.set_raw_value(raw)
         elif is_array(target) and t is not tuple:
             children[key] = value._value if isinstance(value, Variable) else value
         else:

@@ -50,6 +50,11 @@ __all__ = [  # private helpers are re-exported for the graph modules
 ]
 
 
+# types seen by has_tracer that are neither tracers nor containers (concrete arrays, scalars):
+# a value of one of these holds no tracer, which hot paths check with one set lookup
+UNTRACED: set[type] = set()
+
+
 def has_tracer(value: Any) -> bool:
     """True if ``value`` is a tracer or a plain container (e.g. a sown tuple) holding one."""
     if isinstance(value, Tracer):
@@ -60,6 +65,7 @@ def has_tracer(value: Any) -> bool:
         return any(has_tracer(x) for x in value)
     if isinstance(value, dict):
         return any(has_tracer(x) for x in value.values())
+    UNTRACED.add(type(value))
     return False
 
 

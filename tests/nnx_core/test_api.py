@@ -254,6 +254,30 @@ def test_update_writes_raw_arrays_in_lists_and_dicts():
     assert m.jax_array.tolist() == [7.0, 7.0, 7.0]
 
 
+def test_update_with_a_traced_value_into_a_model_from_outside_the_trace_raises():
+    m = Leaf(2)
+    nnx.update(m, {"w": jnp.ones(2)})  # a concrete array first: the fast path knows its type
+
+    @jax.jit
+    def leak(x):
+        nnx.update(m, {"w": x})
+        return x
+
+    with pytest.raises(nnx.TraceContextError, match="created outside the JAX transform"):
+        leak(jnp.zeros(2))
+    assert m.w.value.tolist() == [1.0, 1.0]
+
+
+def test_update_with_a_traced_value_inside_the_models_own_trace():
+    @jax.jit
+    def inside(x):
+        m = Leaf(2)
+        nnx.update(m, {"w": nnx.Param(x * 2)})
+        return m.w.value
+
+    assert inside(jnp.ones(2)).tolist() == [2.0, 2.0]
+
+
 def test_update_an_unknown_path_raises():
     with pytest.raises(
         KeyError,
