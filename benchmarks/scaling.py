@@ -13,8 +13,9 @@ nothing); its size is its number of Variables. Per size, three call paths:
 - cold split: the first ``split`` of a newly built model (ours vs flax.nnx).
 
 Each figure is the median over ``--repeats`` rounds, the variants taking turns in each round;
-the slope (µs per Variable) is a least-squares fit over all sizes. Prints a Markdown table and
-writes the figure.
+the slope (µs per Variable) is a least-squares fit over all sizes. Prints a Markdown table, the
+first call of each jitted path (trace, compile and one call; once per size), and writes the
+figure.
 """
 
 from __future__ import annotations
@@ -124,10 +125,15 @@ def cold_split(n: int, copies: int) -> dict[str, Callable[[], float]]:
     return {name: timer(lib, model) for name, (lib, model) in sides.items()}
 
 
-def measure(n: int, repeats: int) -> dict[str, float]:
+def measure(n: int, repeats: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Median µs per call of every call path, and the seconds of each jitted path's first call
+    (trace, compile and one call)."""
     calls = runners(n)
-    for call in calls.values():
-        call()  # compile
+    first: dict[str, float] = {}
+    for name, call in calls.items():
+        t0 = time.perf_counter()
+        call()
+        first[name] = time.perf_counter() - t0
         call()
     splits = cold_split(n, copies=max(2, min(50, 2000 // n)))
     number = max(3, min(200, 20000 // n))
@@ -143,7 +149,7 @@ def measure(n: int, repeats: int) -> dict[str, float]:
             gc.enable()
         for name, split in splits.items():
             times[name].append(split())
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return {name: statistics.median(ts) for name, ts in times.items()}, first
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -153,9 +159,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--figure", type=Path, default=Path("docs/images/scaling.png"))
     a = p.parse_args(argv)
     print(f"jax {jax.__version__}; load average {os.getloadavg()[0]:.2f}")
-    rows = {}
+    rows, firsts = {}, {}
     for n in a.sizes:
-        rows[n] = measure(n, a.repeats)
+        rows[n], firsts[n] = measure(n, a.repeats)
         print(
             f"measured {n} Variables: " + ", ".join(f"{k} {v:.0f}" for k, v in rows[n].items()),
             flush=True,
@@ -173,6 +179,12 @@ def main(argv: list[str] | None = None) -> None:
         slope, intercept = np.polyfit(sizes, [rows[n][k] for n in a.sizes], 1)
         fits[k] = slope
         print(f"| {k} | {slope:.3f} | {intercept:.0f} |")
+    first_names = list(firsts[a.sizes[0]])
+    print("\nFirst call (trace, compile and one call), seconds:\n")
+    print("| Variables | " + " | ".join(first_names) + " |")
+    print("|---|" + "---|" * len(first_names))
+    for n, row in firsts.items():
+        print(f"| {n} | " + " | ".join(f"{row[k]:.2f}" for k in first_names) + " |")
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
     plot(rows, names, fits, a.figure)
 

@@ -524,8 +524,15 @@ def _same_array_type(old: jax.Array, new: Any) -> bool:
         isinstance(new, jax.Array)
         and new.shape == old.shape
         and new.dtype == old.dtype
-        and getattr(new, "sharding", None) == getattr(old, "sharding", None)
+        and _sharding(new) == _sharding(old)
     )
+
+
+def _sharding(x: Any) -> Any:
+    """A concrete array's sharding; None for a tracer, without asking it: a tracer's
+    ``.sharding`` raises an error whose message scans every equation traced so far, which made
+    ``v[...] = x`` for each of n Variables inside a transform cost O(n^2)."""
+    return None if isinstance(x, Tracer) else getattr(x, "sharding", None)
 
 
 _set_raw_value_slot = Variable._raw_value.__set__  # type: ignore[attr-defined,misc,union-attr]

@@ -42,6 +42,32 @@ def test_setitem_with_an_index_updates_functionally(index, value, expected):
     assert np.asarray(v[index]).tolist() == np.asarray(expected)[index].tolist()
 
 
+def test_ellipsis_set_of_a_traced_value_never_asks_a_tracer_for_its_sharding(monkeypatch):
+    # a tracer's .sharding raises an error whose message scans the whole trace so far: asked
+    # once per Variable, `v[...] = x` over n Variables in a transform cost O(n^2)
+    asked = []
+
+    def sharding(self):
+        asked.append(self)
+        raise AttributeError("no sharding on a tracer")
+
+    monkeypatch.setattr(jax.core.Tracer, "sharding", property(sharding))
+
+    class Many(nnx.Module):
+        def __init__(self):
+            self.vs = [nnx.Param(jnp.full((2,), float(i))) for i in range(50)]
+
+    @nnx.jit
+    def step(m):
+        for v in m.vs:
+            v[...] = v[...] + 1  # same shape, dtype and (no) sharding: a plain replace
+
+    m = Many()
+    step(m)
+    assert asked == []
+    assert [float(v[0]) for v in m.vs] == [float(i + 1) for i in range(50)]
+
+
 def test_variable_of_a_variable_takes_its_value():
     inner = nnx.Param(jnp.ones(2), a=1)
     v = nnx.BatchStat(inner)
