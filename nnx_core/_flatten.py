@@ -309,7 +309,7 @@ class Flattener:
                 specs[j] = ("var", types[j], c.meta_key() if meta_key is None else meta_key, k)
             elif kind == NODE:
                 t_child = types[j]
-                if not c and (t_child is dict or t_child is list):
+                if (t_child is dict or t_child is list) and not c:
                     self.empty.append(c)
                     specs[j] = _EMPTY_SPECS[t_child]
                     continue
