@@ -142,7 +142,8 @@ class Plan:
         self._owners: list[tuple[Any, NodeImpl | None, Any]] | None = None
         self.empty = f.empty
         self.containers = f.containers
-        self.fresh: list[dict[Any, Any] | None] | None = f.states if f.all_variables else None
+        # raw arrays may be given new ones before a State is asked for: only Variables qualify
+        self.fresh = f.states[0] if len(roots) == 1 and f.all_variables else None
         self._checks = _checks(f.containers)
         self.epoch = _EPOCH[0]
         self.index: dict[Path, int] | None = None
@@ -176,15 +177,14 @@ class Plan:
             owners = self._owners = leaf_owners(self.graphdef.spec, self.roots)
         return owners
 
-    def take_fresh(self, root: int = 0) -> Any:
-        """The State the traversal built for root ``root``, once (None afterwards, or if the
-        graph holds raw arrays, whose owners may have been given new ones since)."""
-        fresh = self.fresh
-        if fresh is None:
+    def take_fresh(self) -> Any:
+        """The State the traversal of a single root built, once; None afterwards, for several
+        roots, a root that is not a node, or a graph that holds raw arrays."""
+        mapping = self.fresh
+        if mapping is None:
             return None
         self.fresh = None
-        mapping = fresh[root]
-        return None if mapping is None else new_state(mapping)
+        return new_state(mapping)
 
     def current_leaves(self) -> list[Any]:
         """Leaves with raw arrays re-read from their owners (they are replaced, not mutated)."""
