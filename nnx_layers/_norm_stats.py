@@ -40,8 +40,12 @@ def moments(
     """Mean and variance of ``x`` over ``axes`` (and over ``module.axis_name``)."""
     x = _stats_input(x, module)
     if module.use_fast_variance:
+        # the square first, then both means: the same operations in this order let XLA's CPU
+        # fusion share the backward pass of the two reductions (a 12-block GPT step compiled in
+        # 5.5 s instead of 13.0 s and ran in 1.16 s instead of 1.98 s; docs/performance.md)
+        squared = _square(x)
         mean, mean2 = _all_mean(
-            (jnp.mean(x, axes, where=mask), jnp.mean(_square(x), axes, where=mask)), module
+            (jnp.mean(x, axes, where=mask), jnp.mean(squared, axes, where=mask)), module
         )
         return mean, jnp.maximum(0.0, mean2 - _square(mean))
     mean = _all_mean(jnp.mean(x, axes, where=mask), module)

@@ -2,6 +2,7 @@
 
 import types
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -37,6 +38,14 @@ def test_moments_and_mean_square(fast):
     np.testing.assert_allclose(var, reference.var((1, 2)), rtol=1e-4)
     square = mean_square(x, (2,), module=_settings(), mask=None)
     np.testing.assert_allclose(square, (reference**2).mean(2), rtol=1e-5)
+
+
+def test_fast_moments_square_the_input_before_reducing_it():
+    # the order XLA's CPU fusion compiles best: squared first, then both means (performance.md);
+    # the same operations with the mean first made a 12-block GPT step 1.7x slower
+    jaxpr = jax.make_jaxpr(lambda x: moments(x, (1,), module=_settings(), mask=None))(X)
+    names = [str(e.primitive) for e in jaxpr.jaxpr.eqns]
+    assert names.index("square") < names.index("reduce_sum")
 
 
 def test_normalize_applies_scale_and_bias_on_the_feature_axes():
