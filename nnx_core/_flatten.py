@@ -64,9 +64,9 @@ class GraphDef:
     def __class_getitem__(cls, item: Any) -> GenericAlias:  # GraphDef[Model] in annotations
         return GenericAlias(cls, item)
 
-    def __init__(self, spec: tuple[Any, ...], paths: tuple[Path, ...] | None = None):
+    def __init__(self, spec: tuple[Any, ...]):
         self.spec = spec
-        self._paths = paths
+        self._paths: tuple[Path, ...] | None = None  # derived from the spec on first use
         self._hash: int | None = None
         self._trie: dict[Any, Any] | None = None
         self._program: tuple[Any, ...] | None = None
