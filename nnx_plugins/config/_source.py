@@ -306,10 +306,12 @@ def _syntax_problem(error: yaml.YAMLError, text: str, name: str) -> Problem:
     return Problem((), f"invalid YAML: {str(error).splitlines()[0]}", name, line, column)
 
 
-def _parse_yaml(text: str, source: Source, budget: Budget) -> None:
+def _parse_yaml(text: str, source: Source, budget: Budget, reader: type | None = None) -> None:
     loader = None
+    reader = reader or _LOADER
+    counted = (budget.nodes, budget.text)
     try:
-        loader = _LOADER(text)
+        loader = reader(text)
         loader.get_event()  # stream start
         if loader.check_event(events.StreamEndEvent):
             source.data = None
@@ -325,10 +327,43 @@ def _parse_yaml(text: str, source: Source, budget: Budget) -> None:
                 loader.get_event().start_mark,
             )
     except yaml.YAMLError as error:
+        deep = min(budget.limits.max_depth, _LIBYAML_SAFE_DEPTH)
+        if reader is not _PURE_LOADER and _flow_depth(text) > deep:
+            # libyaml (PyYAML >= 6.0.4) refuses flow nesting past 1,000 levels with its own
+            # message before our builder sees it. The pure-Python reader has no such cap:
+            # reading again with it enforces our limit, the one the user can set, located.
+            budget.nodes, budget.text = counted
+            source.values.clear(), source.keys.clear(), source.problems.clear()
+            loader.dispose()
+            loader = None
+            _parse_yaml(text, source, budget, _PURE_LOADER)
+            return
         raise ConfigError([_syntax_problem(error, text, source.name)]) from None
     finally:
         if loader is not None:
             loader.dispose()
+
+
+_PURE_LOADER = loader_class(yaml.SafeLoader)
+_LIBYAML_SAFE_DEPTH = 500  # below the nesting libyaml refuses on its own (1,000 since 6.0.4)
+# Quoted scalars, comments and flow brackets: enough of YAML's lexis to measure flow nesting.
+_YAML_FLOW_TOKEN = re.compile(
+    r"'(?:[^']|'')*'|\"(?:[^\"\\]|\\.)*\"|(?:^|(?<=\s))#[^\n]*|[\[\]{}]", re.M
+)
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of flow brackets in ``text`` (approximate: quotes and comments
+    are skipped, brackets inside plain scalars are counted)."""
+    depth = deepest = 0
+    for match in _YAML_FLOW_TOKEN.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in ("]", "}"):
+            depth = max(depth - 1, 0)
+    return deepest
 
 
 _JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')

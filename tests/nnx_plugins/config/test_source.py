@@ -200,3 +200,27 @@ def test_the_pure_python_parser_reads_what_libyaml_reads(monkeypatch, text):
         fast.keys,
         fast.problems,
     )
+
+
+@pytest.mark.parametrize("levels", [1_001, 3_000])
+def test_our_depth_limit_is_the_one_reported_however_deep_libyaml_reads(levels):
+    # libyaml (PyYAML >= 6.0.4) refuses flow nesting past 1,000 levels with its own text;
+    # the limit reported must be ours, located at the first bracket past it.
+    for text, column in (("[" * levels + "]" * levels, 102), ("a: " + "{b: " * levels, 401)):
+        with pytest.raises(ConfigError, match=rf"deep:1:{column}: .*max_depth=100 levels"):
+            read_source(text, name="deep")
+
+
+def test_a_raised_depth_limit_reads_nesting_libyaml_refuses():
+    budget = Budget(ConfigLimits(max_depth=5_000), "deep")
+    source = read_source("x: " + "[" * 2_000 + "1" + "]" * 2_000, name="deep", budget=budget)
+    value, levels = source.data["x"], 0
+    while isinstance(value, list):
+        value, levels = value[0], levels + 1
+    assert (value, levels) == (1, 2_000)
+
+
+def test_a_syntax_error_in_deep_text_within_the_limit_is_reported_as_such():
+    budget = Budget(ConfigLimits(max_depth=5_000), "deep")
+    with pytest.raises(ConfigError, match=r"deep:1:\d+: <root>: invalid YAML: .*flow"):
+        read_source("[" * 2_000 + "1", name="deep", budget=budget)
