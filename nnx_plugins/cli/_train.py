@@ -24,22 +24,32 @@ from rich.console import Console
 
 from .._errors import NnxError
 from ._config import one_file
+from ._supervise import supervise
 
 __all__ = ["add_commands"]
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ..config._load import load_config  # (here: listing stays light)
-    from ..training._loop import train  # (here: listing stays light)
-    from ..training._mesh import parse_mesh  # (here: listing stays light)
     from ..training._processes import ProcessGroup  # (here: listing stays light)
-    from ..training._run_dir import RunError  # (here: listing stays light)
 
     given = one_file(args, "train FILE [KEY=VALUE...] [options]")
     if given is None:
         return 2
-    console = Console(highlight=False)
     group = _process_group(args, ProcessGroup)
+    if group is None:
+        return _run(args, given, None)
+    label = group.label() if group.process_id is not None else "this process"
+    return supervise(lambda: _run(args, given, group), label)  # (JAX may end it natively)
+
+
+def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
+    """Train in this process (one of a group when ``group`` is given); the exit status."""
+    from ..config._load import load_config  # (here: listing stays light)
+    from ..training._loop import train  # (here: listing stays light)
+    from ..training._mesh import parse_mesh  # (here: listing stays light)
+    from ..training._run_dir import RunError  # (here: listing stays light)
+
+    console = Console(highlight=False)
     try:
         with group or contextlib.nullcontext():
             if group is not None and group.process_id != 0:
