@@ -112,7 +112,9 @@ PROBES = {
             "b.yaml": MODEL,
         },
         ["config", "validate", "main.yaml"],
-        r"b.yaml: <root>: the config reads more than max_files=32 files .*NNX_CONFIG_MAX_FILES",
+        r"a.yaml:1:35: include\[3\]: the config reads more than max_files=32 files .* the "
+        r"include chain here is 3 files long: main.yaml -> a.yaml -> b.yaml\. .*"
+        r"NNX_CONFIG_MAX_FILES",
     ),
     "aliases across includes": (  # (each file is under the limit; together they are not)
         {
