@@ -53,6 +53,7 @@ from ..config._load import load_config
 from ..config._messages import condense
 from ..config._scalars import strict_type
 from ..registry._registry import default_registry
+from ._data import DataError
 from ._preflight import data_spec
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "TrainSection",
     "CheckpointSection",
     "load_train_config",
+    "check_data_path",
     "optimizer_names",
     "schedule_names",
     "make_optimizer",
@@ -634,6 +636,23 @@ def load_train_config(config: Any) -> Any:
     return dataclasses.replace(loaded, sections=sections)
 
 
+def check_data_path(config: Any) -> None:
+    """Refuse a ``data.path`` that names no file, located where it is written (``file:line:col``)
+    before a run starts; `load_train_config` alone does not need the file (``nnx build``).
+
+    Raises:
+        DataError: no file (nor anything else) is at ``data.path``.
+    """
+    path = config.sections["data"].path
+    if path is None or os.path.lexists(path):
+        return
+    relative = " (a relative path is relative to the config)" if config.files else ""
+    raise DataError(str(config.problem(("data", "path"), f"no such file {path!r}{relative}.")))
+
+
 def config_problem(config: Any, path: tuple[Any, ...], message: str) -> ConfigError:
-    """A one-problem `ConfigError` for a check that needs more than the config (e.g. a file)."""
+    """A one-problem `ConfigError` for a check that needs more than the config (e.g. a file),
+    located where ``path`` is written when the config knows it."""
+    if hasattr(config, "problem"):
+        return ConfigError([config.problem(path, message)])
     return ConfigError([Problem(path, message, getattr(config, "source", "<dict>"))])

@@ -48,7 +48,7 @@ from ._checkpoint import latest_checkpoint, rotate, save, step_directory
 from ._checkpoint_load import load
 from ._checkpoint_manifest import read_manifest
 from ._collectives import sync
-from ._config import load_train_config
+from ._config import check_data_path, load_train_config
 from ._data import Dataset, load_dataset
 from ._memory import trainable_kinds
 from ._mesh import batch_placer, make_mesh, replicate_unplaced, shard_over
@@ -244,6 +244,7 @@ def train(
     """
     started = time.perf_counter()
     config = load_train_config(config)
+    check_data_path(config)
     plan = _plan(config, choose_run_dir(config, run_dir, resume))
     if mesh is None and jax.process_count() > 1:  # (several processes: one data-parallel mesh)
         mesh = {"data": jax.device_count()}
@@ -370,6 +371,7 @@ def evaluate(config: Any, checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
     """
 
     config = load_train_config(config)
+    check_data_path(config)
     data = load_dataset(config.sections["data"])
     manifest = read_manifest(checkpoint)
     model = build(config, rngs=nnx.Rngs(0))
