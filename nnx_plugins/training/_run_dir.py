@@ -47,7 +47,13 @@ except ImportError:  # pragma: no cover - Windows
 __all__ = ["RunError", "RunLock", "LOCK_NAME", "RUN_FILES", "choose_run_dir", "check_new_run"]
 
 LOCK_NAME = ".nnx-run.lock"
-RUN_FILES = ("config.yaml", ".config.yaml.tmp", "metrics.jsonl", ".metrics.jsonl.tmp", "metrics.png")
+RUN_FILES = (
+    "config.yaml",
+    ".config.yaml.tmp",
+    "metrics.jsonl",
+    ".metrics.jsonl.tmp",
+    "metrics.png",
+)
 """The files a run writes in its directory (besides the lock and the checkpoints)."""
 _NOTE_BYTES = 4096  # the most of a lock note that is read
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
