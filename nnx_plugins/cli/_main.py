@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from ..registry._errors import PluginError
 from . import _config, _names, _plugins, _train
-from ._output import fail, plugin_warnings_as_lines
+from ._output import fail, keep_stderr, plugin_warnings_as_lines
 
 __all__ = ["main", "build_parser"]
 
@@ -41,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Plugin problems print as ``nnx: warning: ...`` / ``nnx: error: ...`` lines naming the
     distribution, its version, the cause and a fix; never as a traceback.
     """
+    keep_stderr()  # (before any pack is imported: its errors are still seen if one closes it)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and isinstance(getattr(args, "overrides", None), list):

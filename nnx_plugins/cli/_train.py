@@ -28,6 +28,7 @@ from rich.console import Console
 from .._errors import NnxError
 from ..training._address import address_problem
 from ._config import one_file
+from ._output import report
 from ._supervise import supervise
 
 __all__ = ["add_commands"]
@@ -69,17 +70,16 @@ def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
                 allow_large=args.allow_large,
             )
     except RunError as error:  # the run directory, the devices, the batch, the processes
-        print(f"nnx: error: {_who(group)}{error}", file=sys.stderr)
+        report(f"nnx: error: {_who(group)}{error}")
         return 1
     except NnxError as error:  # (configs, checkpoints, data: they say where themselves)
-        print(f"{_who(group)}{error}", file=sys.stderr)
+        report(f"{_who(group)}{error}")
         return 1
     except KeyboardInterrupt as stop:
         how = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted"
-        print(
+        report(
             f"nnx: {_who(group)}{how}. The checkpoints written so far are intact (saves "
-            "are atomic); continue with the same command and --resume.",
-            file=sys.stderr,
+            "are atomic); continue with the same command and --resume."
         )
         return 128 + signal.SIGTERM if isinstance(stop, Terminated) else 130
     if group is None or group.process_id == 0:
@@ -157,7 +157,7 @@ def _eval(args: argparse.Namespace) -> int:
     try:
         metrics = evaluate(args.file, args.checkpoint)
     except NnxError as error:
-        print(str(error), file=sys.stderr)
+        report(str(error))
         return 1
     print(
         f"checkpoint {metrics['checkpoint']} (step {metrics['step']}): test accuracy "
