@@ -1,9 +1,12 @@
 """Hostile configs: every probe is a located ConfigError naming the limit, nothing is written.
 
 The bomb-like probes run through the real command line in a subprocess limited to 1 GiB of
-address space (`resource.setrlimit(RLIMIT_AS)`) and a timeout: each must exit 1 with the
-error on stderr, no traceback, and no file created. The same probes run in-process too, where
-the exact message (the limit's name and how to raise it) is checked.
+address space more than it maps once jax and the command are loaded
+(`resource.setrlimit(RLIMIT_AS)`), and a timeout: each must exit 1 with the error on stderr, no
+traceback, and no file created. The subprocess runs jax on the CPU (``JAX_PLATFORMS=cpu``) and
+measures its baseline after jax loaded its backends and plugins, so that the address space a
+GPU runtime maps (gigabytes, on a machine with an accelerator) does not count. The same probes
+run in-process too, where the exact message (the limit's name and how to raise it) is checked.
 """
 
 import json
@@ -153,11 +156,22 @@ PROBES = {
     ),
 }
 
-RUNNER = textwrap.dedent(
+LIMITED = textwrap.dedent(
     """
-    import contextlib, io, json, os, resource, sys, time, traceback
-    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    import resource
+    import jax
+    jax.devices()  # (backends and plugins loaded before the limit)
     from nnx_plugins.cli._main import main
+    with open("/proc/self/status") as status:  # (VmSize: the address space mapped so far)
+        baseline = int(status.read().split("VmSize:")[1].split()[0]) << 10
+    resource.setrlimit(resource.RLIMIT_AS, (baseline + (1 << 30), baseline + (1 << 30)))
+    """
+)
+CPU = dict(os.environ, JAX_PLATFORMS="cpu")  # (where jax would find an accelerator too)
+
+RUNNER = LIMITED + textwrap.dedent(
+    """
+    import contextlib, io, json, os, sys, time, traceback
     results = {}
     for name, (folder, argv) in json.loads(sys.argv[1]).items():
         os.chdir(folder)
@@ -209,6 +223,7 @@ def probed(tmp_path_factory):
         capture_output=True,
         text=True,
         timeout=600,
+        env=CPU,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -233,18 +248,14 @@ def test_the_probes_stay_small(probed):
 
 def test_the_real_command_exits_1_without_a_traceback(tmp_path):
     (tmp_path / "bomb.yaml").write_text(laughs())
-    script = (
-        "import resource, sys\n"
-        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-        "from nnx_plugins.cli._main import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
-    )
+    script = LIMITED + "import sys\nsys.exit(main(sys.argv[1:]))\n"
     result = subprocess.run(
         [sys.executable, "-c", script, "config", "validate", "bomb.yaml"],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=tmp_path,
+        env=CPU,
     )
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.startswith("1 problem in bomb.yaml:\n  bomb.yaml:")
