@@ -149,6 +149,37 @@ PROBES = {
         ["config", "show", "ok.yaml", "model.in_features=" + "[" * 10_000],
         r"<override model.in_features=\[\[\[+\.\.\.>:1:120: model.in_features: .*max_depth=100",
     ),
+    "100,000 copies of a 400 KB string in one string": (
+        {
+            "bomb.yaml": "model: {type: relu}\nw: '"
+            + "x" * 400_000
+            + "'\nb: '"
+            + "${w}" * 100_000
+            + "'\n"
+        },
+        ["config", "show", "bomb.yaml"],
+        r"bomb.yaml:3:4: b: string interpolation produces more than max_bytes=1,048,576",
+    ),
+    "an override key path 30,000 keys long": (  # (an argument holds at most 128 KiB)
+        {"ok.yaml": MODEL},
+        ["config", "show", "ok.yaml", "train." + ".".join(["a"] * 30_000) + "=1"],
+        r"<override train.a.a.a.*\.\.\.>:1:\d+: <root>: the config is nested deeper than "
+        r"max_depth=100",
+    ),
+    "an include of a list": (
+        {"main.yaml": "include: [list.yaml]\n" + MODEL, "list.yaml": "[1, 2, 3]\n"},
+        ["config", "validate", "main.yaml"],
+        r"main.yaml:1:11: include\[0\]: cannot include .*list.yaml: it holds list \[1, 2, 3\]",
+    ),
+    "a chain of 1,000 includes": (
+        {
+            **{f"f{i}.yaml": f"include: [f{i + 1}.yaml]\n" for i in range(999)},
+            "f999.yaml": MODEL,
+        },
+        ["config", "validate", "f0.yaml"],
+        r"f31.yaml:1:11: include\[0\]: the config reads more than max_files=32 files .* chain "
+        r"here is 33 files long: f0.yaml -> f1.yaml -> f2.yaml -> \.\.\. -> f31.yaml -> f32.yaml",
+    ),
     "training on a bomb": (
         {"bomb.yaml": laughs()},
         ["train", "bomb.yaml", "--no-progress", "train.steps=1"],
