@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import os
@@ -56,6 +57,7 @@ RUN_FILES = (
 )
 """The files a run writes in its directory (besides the lock and the checkpoints)."""
 _NOTE_BYTES = 4096  # the most of a lock note that is read
+_PATH_MAX, _NAME_MAX = 4096, 255  # (Linux's; checked before a directory is made)
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _FLAT_OBJECT = re.compile(rb"\{[^\[\]{}]*\}\Z")  # (its strings blanked: one object, nothing deeper)
 _OPEN_LOCK = (
@@ -96,18 +98,33 @@ def choose_run_dir(
                 "writes to, or leave the option out for runs/<config name>."
             )
         chosen = pathlib.Path(run_dir)
-        if chosen.is_symlink() and not chosen.exists():
+        _check_explicit(chosen)
+    _refuse_own_config(chosen, config)
+    return chosen
+
+
+def _check_explicit(chosen: pathlib.Path) -> None:
+    """Refuse a ``--run-dir`` that cannot be a directory (a file, a dangling link, a path the
+    system refuses, e.g. too long)."""
+    try:
+        info = os.stat(chosen)
+    except FileNotFoundError:
+        if os.path.islink(chosen):
             raise RunError(
                 f"--run-dir {chosen} is a symbolic link to {os.readlink(chosen)}, which does "
                 "not exist. Create its target, or choose another directory."
-            )
-        if chosen.exists() and not chosen.is_dir():
-            raise RunError(
-                f"--run-dir {chosen} is a file, not a directory. Choose a directory "
-                "(it is created if missing)."
-            )
-    _refuse_own_config(chosen, config)
-    return chosen
+            ) from None
+        return
+    except OSError as error:
+        raise RunError(
+            f"cannot use --run-dir {str(chosen)[:200]}: {os_problem(error)}. Choose another "
+            "directory."
+        ) from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise RunError(
+            f"--run-dir {chosen} is a file, not a directory. Choose a directory "
+            "(it is created if missing)."
+        )
 
 
 def _candidates(root: str, stem: str) -> Any:
@@ -130,7 +147,8 @@ def _newest_run(root: str, stem: str, config: Any) -> pathlib.Path | None:
     """Of ``root/stem`` and ``root/stem-N``, the one whose newest checkpoint was written last."""
     pattern = re.compile(rf"{re.escape(stem)}(?:-[1-9][0-9]*)?\Z")
     try:
-        names = [entry.name for entry in os.scandir(root) if pattern.match(entry.name)]
+        with os.scandir(root) as entries:
+            names = [entry.name for entry in entries if pattern.match(entry.name)]
     except OSError:
         return None
     found = []
@@ -172,7 +190,9 @@ def _refuse_foreign(run_dir: pathlib.Path) -> None:
 def _refuse_own_config(run_dir: pathlib.Path, config: Any) -> None:
     """Refuse a run whose ``config.yaml`` (the resolved config it saves) is a file it reads."""
     target = run_dir / "config.yaml"
-    if not target.exists():
+    try:
+        os.stat(target)
+    except OSError:  # (none there; a path too long is refused when the directory is made)
         return
     for read in getattr(config, "files", ()):
         try:
@@ -242,7 +262,7 @@ class RunLock:
     def __enter__(self) -> RunLock:
         _refuse_foreign(self.run_dir)  # (before anything is created there)
         try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            _make_directories(self.run_dir)
             fd = os.open(self.path, _OPEN_LOCK, 0o644)  # (never through a symbolic link)
         except OSError as error:
             raise RunError(self._open_problem(error)) from error
@@ -277,8 +297,8 @@ class RunLock:
                 "directory, or choose another --run-dir."
             )
         return (
-            f"cannot use the run directory {self.run_dir}: {os_problem(error)}. Choose "
-            "another --run-dir, or fix its permissions."
+            f"cannot use the run directory {str(self.run_dir)[:200]}: {os_problem(error)}. "
+            "Choose another --run-dir, or fix its permissions."
         )
 
     def _check_plain(self, fd: int) -> None:
@@ -297,6 +317,26 @@ class RunLock:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def _make_directories(path: pathlib.Path) -> None:
+    """``mkdir -p`` without recursion (a path of thousands of parts is an OSError, not a
+    RecursionError), creating nothing when the lock file's path would be too long."""
+    whole = os.fsencode(os.path.abspath(path / LOCK_NAME))
+    if len(whole) >= _PATH_MAX or any(len(part) > _NAME_MAX for part in whole.split(b"/")):
+        raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), str(path)[:200])
+    missing = []
+    while not os.path.lexists(path):
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            if not folder.is_dir():
+                raise
 
 
 def _write_holder(fd: int) -> None:

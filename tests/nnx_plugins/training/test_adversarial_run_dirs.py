@@ -451,3 +451,29 @@ def test_a_run_directory_that_is_a_dangling_link_is_named(tmp_path):
         RunError, match=r"--run-dir .*run is a symbolic link to .*elsewhere, which does not exist"
     ):
         train(SMALL, run_dir=tmp_path / "run", progress=False)
+
+
+@pytest.mark.parametrize("given", ["x" * 300, "d/" * 2047])
+def test_a_run_directory_path_too_long_is_refused_creating_nothing(tmp_path, monkeypatch, given):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.json").write_text(json.dumps(SMALL))
+    with pytest.raises(
+        RunError,
+        match=r"cannot use (--run-dir|the run directory) [xd/]{1,200}: the path or one of its "
+        r"names is too long \(ENAMETOOLONG\)\. Choose another",
+    ):
+        train("c.json", run_dir=given, progress=False)
+    assert listing(tmp_path) == ["c.json"]
+
+
+def test_a_deep_run_directory_is_made_without_recursion(tmp_path):
+    deep = tmp_path.joinpath(*["d"] * 1500)  # (pathlib's own mkdir would recurse 1,500 deep)
+    try:
+        with RunLock(deep):
+            assert (deep / LOCK_NAME).is_file()
+    finally:  # (without recursion too: shutil.rmtree would recurse as deep)
+        (deep / LOCK_NAME).unlink(missing_ok=True)
+        while deep != tmp_path:
+            if deep.is_dir():
+                deep.rmdir()
+            deep = deep.parent
