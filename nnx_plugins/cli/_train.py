@@ -56,7 +56,9 @@ def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
 
     console = Console(highlight=False)
     try:
-        with _stop_on_sigterm(), group or contextlib.nullcontext():
+        # (SIGTERM handled once joined: JAX's join blocks in native code, where a Python
+        # handler cannot run, so until then SIGTERM ends the process at once, as it did)
+        with group or contextlib.nullcontext(), _stop_on_sigterm():
             if group is not None and group.process_id != 0:
                 _quiet_stdout()  # (process 0 reports for all; errors still go to stderr)
             mesh = parse_mesh(args.mesh) if args.mesh is not None else None

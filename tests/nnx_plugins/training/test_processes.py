@@ -479,6 +479,23 @@ def test_a_bad_coordinator_on_the_command_line_is_a_usage_error(capsys):
     )
 
 
+def test_sigterm_while_joining_ends_the_process_at_once(tmp_path):
+    """Joining blocks in JAX's native code, where no Python handler can run: there SIGTERM
+    keeps its default action (not a 300 s wait for the coordinator)."""
+    config = write_config(tmp_path)
+    group = ["--coordinator", f"localhost:{free_port()}", "--num-processes", "2"]
+    process = start(
+        [config, "--run-dir", str(tmp_path / "run"), *group, "--process-id", "1"], devices=1
+    )
+    time.sleep(3)  # (waiting for a process 0 that never comes)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert time.monotonic() - sent < 30 and process.returncode == 128 + signal.SIGTERM, err
+    assert "nnx: process 1 of 2: stopped by SIGTERM, sent to this command." in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_sigterm_reaches_python_after_joining():
     """jax.distributed.initialize starts a preemption notifier that installs its own SIGTERM
     handler; a ProcessGroup turns the service off and puts the Python handler back."""
