@@ -479,6 +479,18 @@ def test_a_bad_coordinator_on_the_command_line_is_a_usage_error(capsys):
     )
 
 
+def wait_for_child(process, timeout=120):
+    """Wait until ``process`` (an ``nnx train`` of a group) has forked its worker."""
+    children = pathlib.Path(f"/proc/{process.pid}/task/{process.pid}/children")
+    if not children.parent.exists():  # (no /proc: the fork comes within seconds when idle)
+        time.sleep(5)
+        return
+    deadline = time.monotonic() + timeout
+    while not (children.exists() and children.read_text().strip()):
+        assert process.poll() is None and time.monotonic() < deadline, "no worker was forked"
+        time.sleep(0.05)
+
+
 def test_sigterm_while_joining_ends_the_process_at_once(tmp_path):
     """Joining blocks in JAX's native code, where no Python handler can run: there SIGTERM
     keeps its default action (not a 300 s wait for the coordinator)."""
@@ -487,6 +499,7 @@ def test_sigterm_while_joining_ends_the_process_at_once(tmp_path):
     process = start(
         [config, "--run-dir", str(tmp_path / "run"), *group, "--process-id", "1"], devices=1
     )
+    wait_for_child(process)  # (its supervising parent forwards SIGTERM from then on)
     time.sleep(3)  # (waiting for a process 0 that never comes)
     sent = time.monotonic()
     process.send_signal(signal.SIGTERM)
