@@ -13,7 +13,7 @@ import pytest
 import nnx_core as nnx
 from nnx_plugins import CheckpointError, ConfigError, evaluate, read_manifest, train
 from nnx_plugins.training import _loop
-from nnx_plugins.training._data import DataError
+from nnx_plugins.training.data._base import DataError
 
 # BatchNorm (BatchStats), Dropout (Rng state), Adam with a schedule (optimizer state, count).
 MLP = {

@@ -26,15 +26,15 @@ from typing import Any
 import ml_dtypes  # (bfloat16, float8_*, int4 ... as numpy dtypes)
 import numpy as np
 
-from ._checkpoint import (
+from ._blocks import SHARD_FILE, tiling_problem
+from ._entries import FORMAT, entry_key
+from ._save import (
     FORMAT_VERSION,
     MANIFEST,
     SHARDED_VERSION,
     CheckpointError,
     latest_checkpoint,
 )
-from ._checkpoint_blocks import SHARD_FILE, tiling_problem
-from ._checkpoint_entries import FORMAT, entry_key
 
 __all__ = ["MAX_MANIFEST_BYTES", "read_manifest", "confined_file"]
 
@@ -74,13 +74,13 @@ def confined_file(where: pathlib.Path, name: Any, role: str) -> pathlib.Path:
 
     Example:
         >>> import pathlib, tempfile
-        >>> from nnx_plugins.training._checkpoint_manifest import confined_file
+        >>> from nnx_plugins.training.checkpoints._manifest import confined_file
         >>> where = pathlib.Path(tempfile.mkdtemp())
         >>> confined_file(where, "tensors.safetensors", "tensor file").name
         'tensors.safetensors'
         >>> confined_file(where, "../../etc/passwd", "tensor file")
         Traceback (most recent call last):
-        nnx_plugins.training._checkpoint.CheckpointError: cannot load checkpoint ...:
+        nnx_plugins.training.checkpoints._save.CheckpointError: cannot load checkpoint ...:
           the manifest names the tensor file '../../etc/passwd', which is not a plain file name inside the checkpoint directory; the manifest is corrupt or was edited. Load an earlier checkpoint.
     """
     if (
@@ -119,7 +119,7 @@ def _load_json(path: pathlib.Path, where: pathlib.Path) -> Any:
                 where,
                 [
                     f"{MANIFEST} is {size:,} bytes, more than the {MAX_MANIFEST_BYTES:,} a "
-                    "manifest may have (nnx_plugins.training._checkpoint_manifest.MAX_MANIFEST_BYTES); "
+                    "manifest may have (nnx_plugins.training.checkpoints._manifest.MAX_MANIFEST_BYTES); "
                     "it is not a manifest nnx wrote."
                 ],
             )
@@ -183,10 +183,14 @@ def _top_level_problems(manifest: Mapping[str, Any]) -> list[str]:
         "packages": (lambda v: isinstance(v, dict), "a mapping"),
         "plugins": (lambda v: isinstance(v, dict), "a mapping"),
     }
+    optional = {"run": (lambda v: isinstance(v, dict), "a mapping")}
     for key, (check, expected) in checks.items():
         if key not in manifest:
             problems.append(f"{key!r} is missing.")
         elif not check(manifest[key]):
+            problems.append(f"{key!r} must be {expected}, got {_short(manifest[key])}.")
+    for key, (check, expected) in optional.items():
+        if key in manifest and not check(manifest[key]):
             problems.append(f"{key!r} must be {expected}, got {_short(manifest[key])}.")
     return problems
 

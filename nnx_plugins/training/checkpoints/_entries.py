@@ -4,7 +4,7 @@ manifest's header (format, step, config, package versions).
 
 Example:
     >>> import nnx_plugins
-    >>> from nnx_plugins.training._checkpoint_entries import collect
+    >>> from nnx_plugins.training.checkpoints._entries import collect
     >>> model = nnx_plugins.build({"type": "Linear", "in_features": 2, "out_features": 3})
     >>> tensors, entries = {}, {}
     >>> collect(model, "model", tensors, entries)
@@ -28,12 +28,12 @@ import numpy as np
 
 import nnx_core
 
-from .._text import format_path
-from ..config._build import to_config
-from ..registry._errors import PluginError
-from ..registry._lookup import load_variable_types
-from ..registry._registry import default_registry
-from ._checkpoint_blocks import layout, shard_file
+from ..._text import format_path
+from ...config._build import to_config
+from ...registry._errors import PluginError
+from ...registry._lookup import load_variable_types
+from ...registry._registry import default_registry
+from ._blocks import layout, shard_file
 
 __all__ = ["FORMAT", "entry_key", "collect", "collect_blocks", "header"]
 
@@ -217,9 +217,15 @@ def collect_blocks(
 
 
 def header(
-    model: Any, config: Any, step: int | None, version: int, *, has_optimizer: bool
+    model: Any,
+    config: Any,
+    step: int | None,
+    version: int,
+    *,
+    has_optimizer: bool,
+    run: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The manifest's fields before the tensors: format, step, config, versions."""
+    """The manifest's fields before the tensors: format, step, config, versions, run facts."""
     if config is None:
         with contextlib.suppress(Exception):
             config = {"model": to_config(model)}
@@ -233,4 +239,5 @@ def header(
         "has_optimizer": has_optimizer,
         "packages": packages,
         "plugins": plugins,
+        "run": dict(run or {}),
     }

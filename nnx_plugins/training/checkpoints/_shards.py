@@ -11,8 +11,8 @@ model's current sharding.
 Example:
     >>> import os, tempfile
     >>> import nnx_plugins
-    >>> from nnx_plugins.training._checkpoint import save_sharded
-    >>> from nnx_plugins.training._checkpoint_shards import ShardReader
+    >>> from nnx_plugins.training.checkpoints._save import save_sharded
+    >>> from nnx_plugins.training.checkpoints._shards import ShardReader
     >>> model = nnx_plugins.build({"type": "Linear", "in_features": 2, "out_features": 3})
     >>> where = save_sharded(model, os.path.join(tempfile.mkdtemp(), "c"), step=1)
     >>> sorted(os.listdir(where))                      # (here written by a single process)
@@ -37,9 +37,9 @@ import jax
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from ._checkpoint import CheckpointError, _sha256
-from ._checkpoint_blocks import Block, assemble, block_of
-from ._checkpoint_manifest import confined_file, dtype_of
+from ._blocks import Block, assemble, block_of
+from ._manifest import confined_file, dtype_of
+from ._save import CheckpointError, _sha256
 
 __all__ = ["ShardReader"]
 

@@ -26,7 +26,7 @@ from safetensors.numpy import load_file, save_file
 
 import nnx_core as nnx
 from nnx_plugins import CheckpointError, load, read_manifest
-from nnx_plugins.training._checkpoint import latest_checkpoint, rotate, save_sharded
+from nnx_plugins.training.checkpoints._save import latest_checkpoint, rotate, save_sharded
 
 from .checkpoint_model import CONFIG, build, values
 

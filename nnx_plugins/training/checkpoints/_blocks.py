@@ -11,7 +11,7 @@ exact grid (no gap, no overlap, nothing outside) before anything is read.
 
 Example:
     >>> import numpy as np
-    >>> from nnx_plugins.training._checkpoint_blocks import assemble, tiling_problem
+    >>> from nnx_plugins.training.checkpoints._blocks import assemble, tiling_problem
     >>> data = np.arange(12).reshape(3, 4)
     >>> blocks = [((0, 3), (0, 2)), ((0, 3), (2, 4))]        # two column blocks
     >>> print(tiling_problem((3, 4), blocks))
@@ -46,7 +46,7 @@ def shard_file(process: int, count: int) -> str:
     """The tensor file that process ``process`` of ``count`` writes.
 
     Example:
-        >>> from nnx_plugins.training._checkpoint_blocks import shard_file
+        >>> from nnx_plugins.training.checkpoints._blocks import shard_file
         >>> shard_file(1, 2)
         'tensors-00001-of-00002.safetensors'
     """
@@ -57,7 +57,7 @@ def block_of(index: Sequence[slice], shape: Sequence[int]) -> Block:
     """The block an index (a tuple of slices, as `jax` gives them) selects in ``shape``.
 
     Example:
-        >>> from nnx_plugins.training._checkpoint_blocks import block_of
+        >>> from nnx_plugins.training.checkpoints._blocks import block_of
         >>> block_of((slice(None), slice(2, 4)), (3, 4))
         ((0, 3), (2, 4))
     """
@@ -74,7 +74,7 @@ def layout(array: Any) -> tuple[dict[Block, int], dict[Block, np.ndarray]]:
 
     Example:
         >>> import numpy as np
-        >>> from nnx_plugins.training._checkpoint_blocks import layout
+        >>> from nnx_plugins.training.checkpoints._blocks import layout
         >>> owners, mine = layout(np.zeros((2, 3)))
         >>> owners, [data.shape for data in mine.values()]
         ({((0, 2), (0, 3)): 0}, [(2, 3)])

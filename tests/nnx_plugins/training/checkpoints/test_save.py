@@ -12,8 +12,8 @@ import pytest
 import nnx_core as nnx
 import nnx_plugins
 from nnx_plugins import CheckpointError, load, read_manifest, save
-from nnx_plugins.training import _checkpoint
-from nnx_plugins.training._checkpoint import (
+from nnx_plugins.training.checkpoints import _save as _checkpoint
+from nnx_plugins.training.checkpoints._save import (
     latest_checkpoint,
     list_checkpoints,
     rotate,

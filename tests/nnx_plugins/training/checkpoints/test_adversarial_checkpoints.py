@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 import nnx_plugins
 from nnx_plugins import CheckpointError, load, save
-from nnx_plugins.training import _checkpoint_manifest as manifest_module
-from nnx_plugins.training._checkpoint import rotate, step_directory
+from nnx_plugins.training.checkpoints import _manifest as manifest_module
+from nnx_plugins.training.checkpoints._save import rotate, step_directory
 
 from .checkpoint_model import CONFIG, build, values
 

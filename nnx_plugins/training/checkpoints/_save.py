@@ -30,18 +30,18 @@ import pathlib
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 from safetensors.numpy import save_file
 
-from .._errors import NnxError
-from .._text import os_problem
-from ._checkpoint_blocks import SHARD_FILE, shard_file
-from ._checkpoint_entries import collect, collect_blocks, header
-from ._collectives import broadcast_text, gather_text, process_label
+from ..._errors import NnxError
+from ..._text import os_problem
+from .._collectives import broadcast_text, gather_text, process_label
+from ._blocks import SHARD_FILE, shard_file
+from ._entries import collect, collect_blocks, header
 
 __all__ = [
     "CheckpointError",
@@ -121,6 +121,8 @@ def save(
     optimizer: Any = None,
     config: Any = None,
     step: int | None = None,
+    extra: Mapping[str, Any] | None = None,
+    run: Mapping[str, Any] | None = None,
 ) -> pathlib.Path:
     """Write ``model`` (and ``optimizer``'s state) to the checkpoint directory ``directory``.
 
@@ -136,6 +138,10 @@ def save(
         config: the `Config` (or mapping) the model was built from; `load` rebuilds from it.
             Defaults to ``to_config(model)`` when the model can express its config.
         step: the training step, recorded in the manifest.
+        extra: more Modules saved beside the model, by name (e.g. ``{"ema": averaged}``);
+            `load` fills them with ``extra=``.
+        run: JSON-able facts about the run, recorded as the manifest's ``run`` (the data's
+            state such as a vocabulary, the callbacks' state, the metrics at this step).
 
     Returns:
         The checkpoint directory.
@@ -155,15 +161,19 @@ def save(
     """
     directory = pathlib.Path(directory)
     if jax.process_count() > 1:
-        return save_sharded(model, directory, optimizer=optimizer, config=config, step=step)
+        return save_sharded(
+            model, directory, optimizer=optimizer, config=config, step=step, extra=extra, run=run
+        )
     _check_replaceable(directory)
     tensors: dict[str, np.ndarray] = {}
     entries: dict[str, Any] = {}
     collect(model, "model", tensors, entries)
     if optimizer is not None:
         collect(optimizer, "optimizer", tensors, entries)
+    for name, node in _extra(extra).items():
+        collect(node, name, tensors, entries)
     manifest = {
-        **header(model, config, step, FORMAT_VERSION, has_optimizer=optimizer is not None),
+        **header(model, config, step, FORMAT_VERSION, has_optimizer=optimizer is not None, run=run),
         "tensors": TENSORS,
         "sha256": None,
         "entries": entries,
@@ -186,6 +196,18 @@ def save(
 
 
 _INTACT = "Nothing was replaced: earlier checkpoints are intact."
+_RESERVED = ("model", "optimizer")
+
+
+def _extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The extra Modules of a checkpoint; their names may not be the model's or optimizer's."""
+    for name in extra or {}:
+        if name in _RESERVED or not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(
+                f"extra checkpoint entries need a name other than {_RESERVED} made of letters, "
+                f"digits and underscores, got {name!r}."
+            )
+    return dict(extra or {})
 
 
 def _write_error(directory: pathlib.Path, error: OSError, needed: int) -> CheckpointError:
@@ -208,6 +230,8 @@ def save_sharded(
     optimizer: Any = None,
     config: Any = None,
     step: int | None = None,
+    extra: Mapping[str, Any] | None = None,
+    run: Mapping[str, Any] | None = None,
 ) -> pathlib.Path:
     """`save` in the format of several processes: one tensor file per process, each entry cut
     into the blocks the processes' devices hold (what `save` writes with several processes).
@@ -223,7 +247,7 @@ def save_sharded(
     Example:
         >>> import os, tempfile
         >>> import nnx_plugins
-        >>> from nnx_plugins.training._checkpoint import save_sharded
+        >>> from nnx_plugins.training.checkpoints._save import save_sharded
         >>> model = nnx_plugins.build({"type": "Linear", "in_features": 2, "out_features": 3})
         >>> where = save_sharded(model, os.path.join(tempfile.mkdtemp(), "c"), step=2)
         >>> nnx_plugins.read_manifest(where)["entries"]["model/kernel"]["blocks"]
@@ -235,6 +259,8 @@ def save_sharded(
     collect_blocks(model, "model", tensors, entries)
     if optimizer is not None:
         collect_blocks(optimizer, "optimizer", tensors, entries)
+    for name, node in _extra(extra).items():
+        collect_blocks(node, name, tensors, entries)
     count, needed = jax.process_count(), sum(a.nbytes for a in tensors.values())
     temporary = _start_temporary(directory, needed)
     digests = gather_text(_write_part(temporary, directory, tensors, needed))
@@ -250,7 +276,9 @@ def save_sharded(
         raise CheckpointError(directory, action="save", problems=problems)
     outcome = ""
     if jax.process_index() == 0:
-        top = header(model, config, step, SHARDED_VERSION, has_optimizer=optimizer is not None)
+        top = header(
+            model, config, step, SHARDED_VERSION, has_optimizer=optimizer is not None, run=run
+        )
         files = [{"name": shard_file(p, count), "sha256": d} for p, d in enumerate(digests)]
         outcome = _commit({**top, "files": files, "entries": entries}, temporary, directory)
     outcome = broadcast_text(outcome)
@@ -366,7 +394,7 @@ def is_checkpoint_directory(path: pathlib.Path, *, allow_empty: bool = False) ->
 
     Example:
         >>> import pathlib, tempfile
-        >>> from nnx_plugins.training._checkpoint import is_checkpoint_directory
+        >>> from nnx_plugins.training.checkpoints._save import is_checkpoint_directory
         >>> where = pathlib.Path(tempfile.mkdtemp())
         >>> is_checkpoint_directory(where), is_checkpoint_directory(where, allow_empty=True)
         (False, True)
@@ -411,7 +439,7 @@ def list_checkpoints(root: str | os.PathLike[str]) -> list[pathlib.Path]:
     """Complete checkpoints (``step_N`` directories with a manifest) under ``root``, oldest first.
 
     Example:
-        >>> from nnx_plugins.training._checkpoint import list_checkpoints
+        >>> from nnx_plugins.training.checkpoints._save import list_checkpoints
         >>> list_checkpoints("/nonexistent")
         []
     """
@@ -432,8 +460,11 @@ def latest_checkpoint(root: str | os.PathLike[str]) -> pathlib.Path | None:
     return found[-1] if found else None
 
 
-def rotate(root: str | os.PathLike[str], keep: int) -> list[pathlib.Path]:
-    """Delete all but the newest ``keep`` checkpoints, and leftovers of interrupted saves.
+def rotate(
+    root: str | os.PathLike[str], keep: int, *, protect: Sequence[os.PathLike[str]] = ()
+) -> list[pathlib.Path]:
+    """Delete all but the newest ``keep`` checkpoints (and those in ``protect``, such as the
+    best one), and leftovers of interrupted saves.
 
     Only what `save` writes is touched: ``step_N`` directories holding nothing but a manifest
     and a tensor file, and ``.step_N.tmp-*`` / ``.step_N.old-*`` directories of the same
@@ -443,7 +474,7 @@ def rotate(root: str | os.PathLike[str], keep: int) -> list[pathlib.Path]:
     Example:
         >>> import pathlib, tempfile
         >>> import nnx_plugins
-        >>> from nnx_plugins.training._checkpoint import rotate, step_directory
+        >>> from nnx_plugins.training.checkpoints._save import rotate, step_directory
         >>> root = pathlib.Path(tempfile.mkdtemp())
         >>> model = nnx_plugins.build({"type": "Linear", "in_features": 1, "out_features": 1})
         >>> for step in (1, 2, 3):
@@ -453,7 +484,8 @@ def rotate(root: str | os.PathLike[str], keep: int) -> list[pathlib.Path]:
         (['step_00000001', 'step_00000002'], ['.step_mine', 'step_00000003'])
     """
     found = list_checkpoints(root)
-    doomed = found[:-keep] if keep > 0 else found
+    kept = {pathlib.Path(p).name for p in protect}
+    doomed = [c for c in (found[:-keep] if keep > 0 else found) if c.name not in kept]
     for child in doomed:
         shutil.rmtree(child, ignore_errors=True)
     root = pathlib.Path(root)

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nnx_plugins.training._checkpoint_blocks import (
+from nnx_plugins.training.checkpoints._blocks import (
     SHARD_FILE,
     assemble,
     block_of,

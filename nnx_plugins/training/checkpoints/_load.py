@@ -1,6 +1,6 @@
 """Reading checkpoints: `read_manifest` and `load`, with every mismatch reported by path.
 
-See `nnx_plugins.training._checkpoint` for the format. Nothing is assigned to the model unless the whole
+See `nnx_plugins.training.checkpoints._save` for the format. Nothing is assigned to the model unless the whole
 checkpoint fits it.
 
 Example:
@@ -28,16 +28,16 @@ from safetensors.numpy import load_file
 
 import nnx_core
 
-from .._text import format_path
-from ..config._build import build
-from ..registry._errors import PluginError
-from ..registry._lookup import get_variable_type
-from ._checkpoint import FORMAT_VERSION, CheckpointError, _sha256
-from ._checkpoint_entries import entry_key
-from ._checkpoint_manifest import confined_file, dtype_of, read_manifest
-from ._checkpoint_shards import ShardReader
-from ._collectives import gather_text, process_label
-from ._mesh import is_key, place
+from ..._text import format_path
+from ...config._build import build
+from ...registry._errors import PluginError
+from ...registry._lookup import get_variable_type
+from .._collectives import gather_text, process_label
+from .._placement import is_key, place
+from ._entries import entry_key
+from ._manifest import confined_file, dtype_of, read_manifest
+from ._save import FORMAT_VERSION, CheckpointError, _sha256
+from ._shards import ShardReader
 
 __all__ = ["read_manifest", "load"]
 
@@ -232,7 +232,13 @@ def _rebuild(where: pathlib.Path, manifest: Mapping[str, Any]) -> Any:
     return build(model_config)
 
 
-def load(directory: str | os.PathLike[str], *, into: Any = None, optimizer: Any = None) -> Any:
+def load(
+    directory: str | os.PathLike[str],
+    *,
+    into: Any = None,
+    optimizer: Any = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Any:
     """Load a checkpoint: into ``into`` (a Module), or into a model rebuilt from its config.
 
     ``directory`` is a checkpoint directory or a directory of ``step_N`` checkpoints (the newest
@@ -243,6 +249,7 @@ def load(directory: str | os.PathLike[str], *, into: Any = None, optimizer: Any 
         into: the model to fill in place; when omitted the model is rebuilt with `build` from
             the manifest's config.
         optimizer: an `nnx_core.Optimizer` to fill with the saved optimizer state.
+        extra: Modules saved beside the model (`save`'s ``extra``), by name, to fill too.
 
     Returns:
         The model.
@@ -266,15 +273,17 @@ def load(directory: str | os.PathLike[str], *, into: Any = None, optimizer: Any 
         model.kernel: the checkpoint holds float32(2, 3) but the model expects float32(4, 3).
     """
     if jax.process_count() == 1:
-        model, assignments = _prepare(directory, into, optimizer)
+        model, assignments = _prepare(directory, into, optimizer, extra)
     else:
-        model, assignments = _prepare_together(directory, into, optimizer)
+        model, assignments = _prepare_together(directory, into, optimizer, extra)
     for variable, value in assignments:
         variable.value = value
     return model
 
 
-def _prepare(directory: str | os.PathLike[str], into: Any, optimizer: Any) -> tuple[Any, list]:
+def _prepare(
+    directory: str | os.PathLike[str], into: Any, optimizer: Any, extra: Any = None
+) -> tuple[Any, list]:
     """The model and every (Variable, value) to assign; CheckpointError if anything does not fit."""
     manifest = read_manifest(directory)
     where = pathlib.Path(manifest["directory"])
@@ -294,18 +303,23 @@ def _prepare(directory: str | os.PathLike[str], into: Any, optimizer: Any) -> tu
                 )
             else:
                 assignments += _fill(optimizer, "optimizer", manifest, source, problems)
+        for name, node in (extra or {}).items():
+            if not any(key.startswith(name + "/") for key in manifest["entries"]):
+                problems.append(f"{name}: the checkpoint holds no {name} state.")
+            else:
+                assignments += _fill(node, name, manifest, source, problems)
     if problems:
         raise CheckpointError(where, problems)
     return model, assignments
 
 
 def _prepare_together(
-    directory: str | os.PathLike[str], into: Any, optimizer: Any
+    directory: str | os.PathLike[str], into: Any, optimizer: Any, extra: Any = None
 ) -> tuple[Any, list]:
     """`_prepare` in every process; nothing is assigned anywhere unless all of them succeeded."""
     failure: CheckpointError | None = None
     try:
-        model, assignments = _prepare(directory, into, optimizer)
+        model, assignments = _prepare(directory, into, optimizer, extra)
     except CheckpointError as error:
         failure = error
     outcomes = gather_text("ok" if failure is None else "!" + "; ".join(failure.problems))
