@@ -13,6 +13,7 @@ import sys
 import warnings
 from typing import Any
 
+from ..registry._discovery import RUN_PARTS
 from ..registry._errors import PluginError
 from ._output import add_command, console, fail, problem_text, registry, table
 
@@ -26,6 +27,7 @@ def _list(args: argparse.Namespace) -> int:
             k: sum(e.kind == k for e in record.entries)
             for k in ("layer", "variable", "section", "plugin")
         }
+        parts = sum(e.kind in RUN_PARTS for e in record.entries)
         hooks = ", ".join(e.name for e in record.entries if e.kind == "plugin") or "-"
         rows.append(
             (
@@ -34,6 +36,7 @@ def _list(args: argparse.Namespace) -> int:
                 count["layer"],
                 count["variable"],
                 count["section"],
+                parts,
                 hooks,
                 record.disabled or "enabled",
             )
@@ -44,6 +47,7 @@ def _list(args: argparse.Namespace) -> int:
         "Layers",
         "Variable kinds",
         "Config sections",
+        "Run parts",
         "Hook plugins",
         "Status",
     )

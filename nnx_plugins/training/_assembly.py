@@ -44,6 +44,7 @@ class Parts:
     train_metrics: dict[str, Any]  # registered name -> class
     loggers: list[Any]
     callbacks: list[Any]
+    callback_names: list[str] = dataclasses.field(default_factory=list)
 
     def metric_objects(self) -> dict[str, Any]:
         """A fresh instance of every test metric (``loss`` first), by report key."""
@@ -160,6 +161,7 @@ def assemble(config: Any) -> Parts:
         train_metrics,
         sections["loggers"].make(),
         sections["callbacks"].make(),
+        [part.type for part in sections["callbacks"].parts],
     )
     _check_watches(config, parts)
     return parts

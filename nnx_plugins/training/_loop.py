@@ -206,7 +206,7 @@ def _resume(plan: _Plan, run: Run, bar: Progress) -> int:
     for name in sorted(set(nodes) - held):
         bar.print(f"note: {latest} has no {name} state; it starts from the current weights.")
     load(latest, into=run.model, optimizer=run.optimizer, extra={n: nodes[n] for n in held})
-    _restore_callbacks(plan.parts.callbacks, facts.get("callbacks"))
+    _restore_callbacks(plan.parts, facts.get("callbacks"))
     step = int(manifest["step"] or 0)
     run.stopped_by = facts.get("stopped_by")
     bar.print(f"resumed from {latest} (step {step})")
@@ -227,25 +227,19 @@ def _nodes(callback: Any) -> dict[str, Any]:
     return dict(method()) if callable(method) else {}
 
 
-def _callback_states(callbacks: list[Any]) -> list[dict[str, Any]]:
+def _callback_states(parts: Parts) -> list[dict[str, Any]]:
     return [
-        {
-            "type": type(cb).__name__,
-            "state": cb.state() if callable(getattr(cb, "state", None)) else {},
-        }
-        for cb in callbacks
+        {"type": name, "state": _call(callback, "state") or {}}
+        for callback, name in zip(parts.callbacks, parts.callback_names)
     ]
 
 
-def _restore_callbacks(callbacks: list[Any], saved: Any) -> None:
-    for callback, record in zip(callbacks, saved if isinstance(saved, list) else []):
-        restore = getattr(callback, "restore", None)
-        if (
-            callable(restore)
-            and isinstance(record, dict)
-            and record.get("type") == type(callback).__name__
-        ):
-            restore(record.get("state") or {})
+def _restore_callbacks(parts: Parts, saved: Any) -> None:
+    """Each callback's saved state, matched by position and registered name."""
+    records = saved if isinstance(saved, list) else []
+    for callback, name, record in zip(parts.callbacks, parts.callback_names, records):
+        if isinstance(record, dict) and record.get("type") == name:
+            _call(callback, "restore", record.get("state") or {})
 
 
 # -- checkpoints -------------------------------------------------------------------------------
@@ -277,7 +271,7 @@ def _save(plan: _Plan, run: Run, metrics: dict[str, Any] | None = None) -> pathl
     directory = step_directory(plan.ckpt_dir, step)
     facts = {
         "data": getattr(plan.parts.data, "state", dict)(),
-        "callbacks": _callback_states(plan.parts.callbacks),
+        "callbacks": _callback_states(plan.parts),
         "stopped_by": run.stopped_by,
         "metrics": metrics or {},
     }
@@ -569,9 +563,9 @@ def _evaluate_during(plan: _Plan, run: Run, loggers: list[Any], bar: Progress) -
         bar.print(evaluation_line(run.step, plan.total, split, results[split]))
     _keep_best(plan, run, results)
     stop = False
-    for callback in plan.parts.callbacks:
+    for callback, name in zip(plan.parts.callbacks, plan.parts.callback_names):
         if _call(callback, "after_eval", run, run.step, results) and not stop:
-            stop, run.stopped_by = True, type(callback).__name__
+            stop, run.stopped_by = True, name
     return stop
 
 
