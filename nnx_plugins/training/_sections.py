@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -32,6 +33,9 @@ from ..registry._errors import PluginError
 from ..registry._providers import NOUN
 from ..registry._registry import default_registry
 from ._problems import Problems
+
+#: ``*args`` (e.g. of ``object.__init__``) is no config argument
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 __all__ = [
     "Part",
@@ -103,7 +107,9 @@ def _check_part(
     except PluginError as error:
         problems.add((*loc, "type") if "type" in data else loc, str(error), name)
         return None
-    fields = [f.name for f in spec.fields if f.kind != "opaque"]
+    fields = [
+        f.name for f in spec.fields if f.kind != "opaque" and f.parameter_kind not in _VARIADIC
+    ]
     given = {k: v for k, v in data.items() if k != "type"}
     try:
         validated = spec.model.model_validate(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import numbers
 import pathlib
+import time
 from typing import Any
 
 from ._base import Logger, reported
@@ -52,7 +53,12 @@ class TensorBoardLogger(Logger):
 
         where = run_dir / self.dir
         with reported(where):
-            self.writer = SummaryWriter(logdir=str(where), purge_step=start if start > 0 else None)
+            self.writer = SummaryWriter(
+                logdir=str(where),
+                purge_step=start + 1 if start > 0 else None,  # (steps after the checkpoint)
+                # (a resume in the same second must not overwrite the file of the run before)
+                filename_suffix=f".{time.time_ns()}",
+            )
 
     def write(self, record: dict[str, Any]) -> None:
         step, split = record["step"], record.get("split", "")
