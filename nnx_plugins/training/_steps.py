@@ -101,7 +101,8 @@ def make_steps(
             state, total = carry
 
             def pure(p: Any) -> Any:
-                inner = nnx.merge(graphdef, p, state)
+                # (fresh Variables in this trace: the layers may update their state)
+                inner = nnx.merge(graphdef, *jax.tree.map(lambda v: v, (p, state)))
                 loss, values = loss_fn(inner, part)
                 return loss, (values, nnx.split(inner, optimizer.wrt, ...)[2])
 
