@@ -233,8 +233,8 @@ def _part(
     kind: str, name: str, config: Mapping[str, Any] | None, registry: Registry | None
 ) -> tuple[Any, list[str]]:
     """The validated `Part` (config round trip, schema, naming rules) and the problems found."""
-    from .training._sections import Part, _check_part, part_schemas  # (here: they import jax)
     from .training._problems import Problems
+    from .training._sections import Part, _check_part, part_schemas  # (here: they import jax)
 
     registry = registry or default_registry()
     problems = _check_name(registry, kind, name)

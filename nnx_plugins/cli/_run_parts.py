@@ -54,7 +54,9 @@ def _show(args: argparse.Namespace) -> int:
         if field.kind == "opaque":
             continue
         model_field = spec.model.model_fields[f"f_{field.name}"]
-        default = "(required)" if model_field.is_required() else json.dumps(to_json(model_field.default))
+        default = (
+            "(required)" if model_field.is_required() else json.dumps(to_json(model_field.default))
+        )
         rows.append((field.name, field.kind, default))
     screen.print(table("config fields", ("Field", "Kind", "Default"), rows))
     return 0

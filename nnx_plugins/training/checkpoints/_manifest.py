@@ -229,8 +229,12 @@ def dtype_of(name: str) -> np.dtype | None:
 
 def _entry_problems(key: Any, entry: Any) -> list[str]:
     where = f"entry {_short(key)}"
-    if not isinstance(key, str) or key.split("/")[0] not in _PREFIXES:
-        return [f"{where}: keys start with 'model/' or 'optimizer/'."]
+    head = key.split("/")[0] if isinstance(key, str) else ""
+    if "/" not in str(key) or not (head in _PREFIXES or head.isidentifier()):
+        return [
+            f"{where}: keys start with 'model/', 'optimizer/' or the name of a Module saved "
+            "beside them (save(extra=...), e.g. 'ema/')."
+        ]
     if not isinstance(entry, dict):
         return [f"{where} must be a mapping, got {_short(entry)}."]
     path, shape, dtype = entry.get("path"), entry.get("shape"), entry.get("dtype")

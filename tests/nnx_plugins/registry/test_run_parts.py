@@ -28,8 +28,6 @@ from nnx_plugins.registry._listing import offers
 from nnx_plugins.testing import fake_distribution
 from nnx_plugins.training._config import load_train_config
 
-from ..conftest import installed
-
 MODEL = {"type": "Linear", "in_features": 64, "out_features": 10}
 
 
@@ -88,7 +86,6 @@ def test_listing_run_parts_imports_neither_jax_nor_a_pack():
 
 def test_in_process_registration_of_each_kind(nnx_registry):
     from nnx_core.metrics import Average
-
     from nnx_plugins import Callback, Logger, Task
 
     @register_task("mine.task")

@@ -105,7 +105,7 @@ BAD_MANIFESTS = {
     ),
     "foreign key prefix": (
         lambda m: m["entries"].__setitem__("../x", {}),
-        "keys start with 'model/' or 'optimizer/'",
+        "keys start with 'model/', 'optimizer/' or the name of a Module saved beside them",
     ),
     "version as bool": (lambda m: m.__setitem__("format_version", True), "format version True"),
 }
