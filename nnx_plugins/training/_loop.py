@@ -543,7 +543,8 @@ def _loop(
                 return _stop_early(plan, run)
             window.started += time.perf_counter() - evaluating  # (the rate counts steps only)
             run.model.train()
-        if plan.ckpt_every and step % plan.ckpt_every == 0 and step != span[1]:
+        saved = run.saved == step  # (keep_best wrote this step's checkpoint already)
+        if plan.ckpt_every and step % plan.ckpt_every == 0 and step != span[1] and not saved:
             _check_bad_step(plan, bad)
             checkpoint = _save(plan, run)
     _check_bad_step(plan, bad)
@@ -561,7 +562,8 @@ def _evaluate_during(plan: _Plan, run: Run, loggers: list[Any], bar: Progress) -
         results[split] = evaluate_model(model, plan.parts, plan.steps, rows, mesh=plan.mesh)
         _log(run, loggers, {"step": run.step, "split": split, **results[split]})
         bar.print(evaluation_line(run.step, plan.total, split, results[split]))
-    _keep_best(plan, run, results)
+    if _keep_best(plan, run, results) is not None:
+        run.saved = run.step
     stop = False
     for callback, name in zip(plan.parts.callbacks, plan.parts.callback_names):
         if _call(callback, "after_eval", run, run.step, results) and not stop:

@@ -34,6 +34,7 @@ class Run:
         is_main: whether this process reports (process 0).
         records: every record logged so far (on a resume, those kept from before).
         stopped_by: the callback that stopped the run early, if any.
+        saved: the step of the checkpoint written last by the loop.
     """
 
     config: Any
@@ -49,3 +50,4 @@ class Run:
     is_main: bool = True
     records: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     stopped_by: str | None = None
+    saved: int | None = None

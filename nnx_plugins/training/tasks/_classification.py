@@ -84,6 +84,11 @@ class Classification(Task):
         shape = getattr(output, "shape", None)
         if isinstance(output, jax.ShapeDtypeStruct) and len(shape) == 2 and shape[-1] >= classes:
             return None
+        if info.classes is None:
+            return (
+                f"the model returns {spell(output)} but classification needs logits of shape "
+                "(batch, classes): end the model with a layer of one output per class."
+            )
         return (
             f"the model returns {spell(output)} but the {classes} classes of {info.name} need "
             f"logits of shape (batch, {classes}): end the model with a layer of {classes} outputs."

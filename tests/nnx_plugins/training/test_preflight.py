@@ -42,9 +42,10 @@ def test_an_npz_input_shape_comes_from_the_file_header(tmp_path):
     config = load_train_config(tmp_path / "m.yaml")
     spec = config.sections["data"].data_spec(config)
     assert spec.example == jax.ShapeDtypeStruct((5, 3), np.float32)
-    assert spec.check_output(jax.ShapeDtypeStruct((2, 3), "float32")).endswith(
-        "the 4 classes of d.npz need logits of shape (batch, 4): end the model with a layer "
-        "of 4 outputs."
+    assert spec.check_output(jax.ShapeDtypeStruct((2, 3), "float32")) is None  # (labels: at train)
+    assert spec.check_output(jax.ShapeDtypeStruct((2, 3, 1), "float32")).endswith(
+        "classification needs logits of shape (batch, classes): end the model with a layer of "
+        "one output per class."
     )
     with pytest.raises(
         ConfigError,
