@@ -27,6 +27,7 @@ _REASONS = {
     errno.ENOTDIR: "a part of the path is a file, not a directory",
     errno.EEXIST: "it exists already",
     errno.EISDIR: "it is a directory",
+    errno.ENAMETOOLONG: "the path or one of its names is too long",
 }
 
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib.metadata import EntryPoint
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import pytest
@@ -38,6 +38,8 @@ from .config._load import load_config
 from .config._schema import config_schema
 from .registry._discovery import Settings, check_name
 from .registry._registry import Registry, default_registry, set_default_registry
+
+T = TypeVar("T")
 
 __all__ = [
     "FakeDistribution",
@@ -150,6 +152,45 @@ def _check_name(registry: Registry, kind: str, name: str) -> list[str]:
     return problems
 
 
+def _attempt(problems: list[str], what: str, call: Callable[[], T]) -> T | None:
+    """``call()``, or ``None`` with the failure added to ``problems`` as ``what`` failed."""
+    try:
+        return call()
+    except Exception as error:  # noqa: BLE001 - a check reports whatever the layer raises
+        text = str(error).strip().replace("\n", "\n    ")
+        problems.append(f"{what} failed: {type(error).__name__}: {text}")
+        return None
+
+
+def _round_trip(module: Any, normalized: Any, registry: Registry) -> list[str]:
+    """What differs between ``module`` and ``build(to_config(module))``."""
+    problems: list[str] = []
+    back = _attempt(problems, "to_config(layer)", lambda: to_config(module, registry=registry))
+    if back is None:
+        return problems
+    problems += [f"round trip differs at {d}" for d in _diff(back, normalized)]
+    rebuilt = _attempt(problems, "build(to_config(layer))", lambda: build(back, registry=registry))
+    if rebuilt is not None:
+        shapes = [jax.tree.map(jax.numpy.shape, nnx_core.state(m)) for m in (module, rebuilt)]
+        if jax.tree.structure(shapes[0]) != jax.tree.structure(shapes[1]) or jax.tree.leaves(
+            shapes[0]
+        ) != jax.tree.leaves(shapes[1]):
+            problems.append("build(to_config(m)) has a different state structure than m")
+    return problems
+
+
+def _schema_problems(name: str, node: Mapping[str, Any], registry: Registry) -> list[str]:
+    problems: list[str] = []
+    schema = _attempt(problems, "config_schema()", lambda: config_schema(registry=registry))
+    if schema is None:
+        return problems
+    definition = schema["$defs"].get(name)
+    if definition is None:
+        return [f"config_schema() has no definition for {name!r}"]
+    unknown = set(node) - set(definition.get("properties", {}))
+    return [f"config keys {sorted(unknown)} are missing from the schema"] if unknown else []
+
+
 def check_layer(
     name: str,
     config: Mapping[str, Any] | None = None,
@@ -162,42 +203,54 @@ def check_layer(
     Checks: the name follows the rules; a config model derives from ``__init__``; ``config``
     (the layer's arguments, without ``type``) validates and builds; ``to_config`` of the built
     layer equals the normalized config and rebuilds to the same state shapes; the JSON Schema
-    describes it; and, given ``input_shape``, a forward pass runs (abstractly).
+    describes it; and, given ``input_shape``, a forward pass runs (abstractly). Every check
+    runs that can (what depends on a failed one is skipped), and every failure is collected,
+    the exceptions of the layer's own code (``__init__``, ``to_config``, the forward pass)
+    included.
 
     Raises:
         LayerCheckError: listing every failed check.
-    """
 
+    Example:
+        >>> from nnx_plugins.testing import LayerCheckError, check_layer
+        >>> try:
+        ...     check_layer("Linear", {"in_features": 2, "out_features": 0}, input_shape=(5, 3))
+        ... except LayerCheckError as error:
+        ...     print(str(error).splitlines()[1][:60])
+          validating the config failed: ConfigError: 1 problem in <d
+    """
     registry = registry or default_registry()
     problems = _check_name(registry, "layer", name)
-    obj = registry.get("layer", name)
-    spec = layer_spec(name, obj, registry=registry)
+    obj = _attempt(problems, f"looking up {name!r}", lambda: registry.get("layer", name))
+    spec = None
+    if obj is not None:
+        spec = _attempt(
+            problems, "deriving its config model", lambda: layer_spec(name, obj, registry=registry)
+        )
     node = {"type": name, **(config or {})}
-    normalized = load_config({"model": node}, registry=registry).model
-    module = build(node, registry=registry)
-    output_shape = None
-    if not spec.is_activation:
-        back = to_config(module, registry=registry)
-        problems += [f"round trip differs at {d}" for d in _diff(back, normalized)]
-        rebuilt = build(back, registry=registry)
-        shapes = [jax.tree.map(jax.numpy.shape, nnx_core.state(m)) for m in (module, rebuilt)]
-        if jax.tree.structure(shapes[0]) != jax.tree.structure(shapes[1]) or jax.tree.leaves(
-            shapes[0]
-        ) != jax.tree.leaves(shapes[1]):
-            problems.append("build(to_config(m)) has a different state structure than m")
-    schema = config_schema(registry=registry)["$defs"].get(name)
-    if schema is None:
-        problems.append(f"config_schema() has no definition for {name!r}")
-    else:
-        unknown = set(node) - set(schema.get("properties", {}))
-        if unknown:
-            problems.append(f"config keys {sorted(unknown)} are missing from the schema")
-    if input_shape is not None:
+    normalized = module = output_shape = None
+    if spec is not None:
+        normalized = _attempt(
+            problems,
+            "validating the config",
+            lambda: load_config({"model": node}, registry=registry).model,
+        )
+    if normalized is not None:
+        module = _attempt(problems, "building the layer", lambda: build(node, registry=registry))
+    if module is not None and spec is not None and not spec.is_activation:
+        problems += _round_trip(module, normalized, registry)
+    if obj is not None:
+        problems += _schema_problems(name, node, registry)
+    if module is not None and input_shape is not None:
         x = jax.ShapeDtypeStruct(tuple(input_shape), jax.numpy.float32)
-        output_shape = jax.eval_shape(module, x).shape
+        output_shape = _attempt(
+            problems,
+            f"the forward pass on {tuple(input_shape)}",
+            lambda: jax.eval_shape(module, x).shape,
+        )
     if problems:
         raise LayerCheckError(f"check_layer({name!r}) failed:\n  " + "\n  ".join(problems))
-    return LayerReport(name, spec, normalized, output_shape)
+    return LayerReport(name, spec, normalized, output_shape)  # type: ignore[arg-type]
 
 
 def check_variable_type(name: str, *, registry: Registry | None = None) -> type:

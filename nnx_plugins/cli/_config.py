@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 from ..config._errors import ConfigError
-from ._output import add_command, console, fail, table
+from ._output import add_command, console, fail, report, table
 
 __all__ = ["add_commands", "split_arguments", "usage_error", "one_file"]
 
@@ -39,7 +38,7 @@ def split_arguments(arguments: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def usage_error(command: str, message: str) -> int:
     """Print a usage error of ``nnx COMMAND`` on stderr; return the exit status 2."""
-    print(f"usage: nnx {command}\nnnx: error: {message}", file=sys.stderr)
+    report(f"usage: nnx {command}\nnnx: error: {message}")
     return 2
 
 
@@ -93,7 +92,7 @@ def _config_validate(args: argparse.Namespace) -> int:
         try:
             check = check_model(load_config(path, overrides=overrides), data=data)
         except ConfigError as error:
-            print(str(error), file=sys.stderr)
+            report(str(error))
             status = 1
             continue
         kind = check.config.model["type"]
@@ -120,7 +119,7 @@ def _config_show(args: argparse.Namespace) -> int:
     try:
         config = load_config(given[0], overrides=given[1])
     except ConfigError as error:
-        print(str(error), file=sys.stderr)
+        report(str(error))
         return 1
     print(config.to_yaml(), end="")
     return 0
@@ -154,7 +153,7 @@ def _build(args: argparse.Namespace) -> int:
         config = load_train_config(load_config(given[0], overrides=given[1]))
         summary = summarize(config)
     except ConfigError as error:
-        print(str(error), file=sys.stderr)
+        report(str(error))
         return 1
     screen = console()
     if args.summary:
@@ -199,7 +198,7 @@ def _memory(config: Any, state: Any, *, allow_large: bool) -> int:
     try:
         memory.check_memory(estimate, config, allow_large=allow_large)
     except ConfigError as error:
-        print(str(error), file=sys.stderr)
+        report(str(error))
         return 1
     return 0
 

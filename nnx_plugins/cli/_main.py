@@ -18,9 +18,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from .._text import suggest
 from ..registry._errors import PluginError
 from . import _config, _names, _plugins, _run_parts, _train
-from ._output import fail, plugin_warnings_as_lines
+from ._config import usage_error
+from ._output import fail, keep_stderr, plugin_warnings_as_lines, registry
 
 __all__ = ["main", "build_parser"]
 
@@ -42,9 +44,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     Plugin problems print as ``nnx: warning: ...`` / ``nnx: error: ...`` lines naming the
     distribution, its version, the cause and a fix; never as a traceback.
     """
+    keep_stderr()  # (before any pack is imported: its errors are still seen if one closes it)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and isinstance(getattr(args, "overrides", None), list):
+        options = [i for i, word in enumerate(extra) if word.startswith("-")]
+        if options:
+            return usage_error(_command(args), unknown_option(extra, options[0]))
         args.overrides += extra  # (KEY=VALUE after the options; the command checks each)
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -53,6 +59,53 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.handler(args))
         except PluginError as error:
             return fail(error)
+
+
+def _command(args: argparse.Namespace) -> str:
+    words = [args.command, getattr(args, "action", None)]
+    return " ".join(w for w in words if isinstance(w, str)) + " FILE [KEY=VALUE...] [options]"
+
+
+def unknown_option(extra: Sequence[str], index: int) -> str:
+    """The message for an unknown ``--option`` among the arguments of a command that takes
+    ``KEY=VALUE`` overrides: config values are set as overrides, so show the one meant.
+
+    Example:
+        >>> from nnx_plugins.cli._main import unknown_option
+        >>> print(unknown_option(["--batch-size", "64"], 0))
+        unknown option --batch-size. A value of the config is set as KEY=VALUE after the file: write train.batch_size=64.
+    """
+    option = extra[index]
+    name, equals, value = option.lstrip("-").partition("=")
+    following = extra[index + 1] if index + 1 < len(extra) else ""
+    if not equals:
+        value = following if following and not following.startswith("-") else "VALUE"
+    name = name.replace("-", "_")
+    keys = _config_keys()
+    exact = [key for key in keys if key.rsplit(".", 1)[-1] == name]
+    head = f"unknown option {option.partition('=')[0][:40]}."
+    if len(exact) == 1:
+        return f"{head} A value of the config is set as KEY=VALUE after the file: write {exact[0]}={value[:40]}."
+    close = suggest(name, keys, key="last")
+    return (
+        f"{head} Options are listed by --help; a value of the config is set as KEY=VALUE after "
+        f"the file, e.g. train.steps=5.{close}"
+    )
+
+
+def _config_keys() -> list[str]:
+    """``section.field`` for every field of every registered config section."""
+    from ..config._sections import registered_sections  # (here: only a mistake needs them)
+
+    try:
+        sections = registered_sections(registry())
+    except PluginError:
+        return []
+    return [
+        f"{section}.{field.alias or name}"
+        for section, model in sections.items()
+        for name, field in model.model_fields.items()
+    ]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +31,8 @@ from ..registry._errors import PluginError, PluginWarning
 from ..registry._registry import Registry, default_registry
 
 __all__ = [
+    "keep_stderr",
+    "report",
     "console",
     "table",
     "registry",
@@ -38,6 +41,39 @@ __all__ = [
     "plugin_warnings_as_lines",
     "add_command",
 ]
+
+
+_SPARE_STDERR: list[int] = []  # a duplicate of file descriptor 2, taken when `main` starts
+
+
+def keep_stderr() -> None:
+    """Take a duplicate of file descriptor 2, once per process: `report` falls back to it when
+    a pack closed ``sys.stderr`` (or file descriptor 2) while it was imported."""
+    if not _SPARE_STDERR:
+        with contextlib.suppress(OSError):
+            _SPARE_STDERR.append(os.dup(2))
+
+
+def report(text: str) -> None:
+    """Write ``text`` and a newline on stderr: ``sys.stderr`` when it works, else the duplicate
+    of file descriptor 2 that `keep_stderr` took, so that no error of the command is lost.
+
+    Example:
+        >>> from nnx_plugins.cli._output import report
+        >>> report("nnx: error: shown on stderr")
+    """
+    try:
+        if sys.stderr is None or sys.stderr.closed:
+            raise ValueError("closed")
+        print(text, file=sys.stderr, flush=True)
+        return
+    except (ValueError, OSError, AttributeError):
+        pass
+    data = (text + "\n").encode("utf-8", "backslashreplace")
+    for fd in _SPARE_STDERR:
+        with contextlib.suppress(OSError):
+            while data:
+                data = data[os.write(fd, data) :]
 
 
 def console(stream: Any = None) -> Console:
@@ -79,12 +115,9 @@ def fail(problem: str | PluginError) -> int:
     """
     if isinstance(problem, PluginError):
         warned = any(problem is error for error in _WARNED)
-        print(
-            f"nnx: error: {problem.message}" if warned else problem_text("error", problem),
-            file=sys.stderr,
-        )
+        report(f"nnx: error: {problem.message}" if warned else problem_text("error", problem))
     else:
-        print(f"nnx: error: {problem}", file=sys.stderr)
+        report(f"nnx: error: {problem}")
     return 1
 
 
@@ -103,7 +136,7 @@ def plugin_warnings_as_lines() -> Iterator[None]:
         def show(message: Any, category: Any, *where: Any, **more: Any) -> None:
             if isinstance(message, PluginWarning) and message.error is not None:
                 _WARNED.append(message.error)
-                print(problem_text("warning", message.error), file=sys.stderr)
+                report(problem_text("warning", message.error))
             else:
                 python_format(message, category, *where, **more)
 

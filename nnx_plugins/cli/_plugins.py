@@ -9,13 +9,12 @@ Example:
 from __future__ import annotations
 
 import argparse
-import sys
 import warnings
 from typing import Any
 
 from ..registry._discovery import RUN_PARTS
 from ..registry._errors import PluginError
-from ._output import add_command, console, fail, problem_text, registry, table
+from ._output import add_command, console, fail, problem_text, registry, report, table
 
 __all__ = ["add_commands"]
 
@@ -83,7 +82,7 @@ def _check(args: argparse.Namespace) -> int:
         rows.append((record.plugin.distribution, record.plugin.version, status))
     console().print(table("nnx plugins check", ("Distribution", "Version", "Status"), rows))
     for problem in [*failures, *collisions]:
-        print(problem_text("error", problem), file=sys.stderr)
+        report(problem_text("error", problem))
     return 1 if failures or collisions else 0
 
 

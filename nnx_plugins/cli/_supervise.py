@@ -9,7 +9,8 @@ ends a process with SIGKILL. The user would see a C++ message and a shell's ``Ab
 `supervise` forks before JAX starts (nothing of JAX's runtime exists yet, so the fork is safe):
 the child runs the command as it would have run; the parent only waits and forwards the signals
 it is sent (SIGINT, SIGTERM, SIGHUP) to the child. When the child ends by a signal, the parent
-names the process, the signal and what to do, and exits with status 1. The child dies with its
+names the process, the signal and what to do, and exits with status 1 (or 128 + the signal's
+number when it is one the command was sent: then nothing went wrong in JAX). The child dies with its
 parent (``PR_SET_PDEATHSIG`` on Linux, a watcher thread elsewhere), so killing the command kills
 the run, as before.
 
@@ -107,7 +108,10 @@ def _die_with(parent: int) -> None:
 def _wait(child: int, label: str, stream: TextIO) -> int:
     """Wait for ``child``, forwarding signals; its exit status, or 1 with the reason."""
 
+    forwarded: set[int] = set()
+
     def forward(signum: int, frame: object) -> None:
+        forwarded.add(signum)
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signum)
 
@@ -119,7 +123,12 @@ def _wait(child: int, label: str, stream: TextIO) -> int:
             signal.signal(signum, handler)
     if os.WIFEXITED(status):
         return os.WEXITSTATUS(status)
-    print(f"nnx: error: {label}: {explain_signal(os.WTERMSIG(status))} {_RESUME}", file=stream)
+    signum = os.WTERMSIG(status)
+    if signum in forwarded:  # (the command itself was sent it: not JAX's doing)
+        name = signal.Signals(signum).name
+        print(f"nnx: {label}: stopped by {name}, sent to this command. {_RESUME}", file=stream)
+        return 128 + signum
+    print(f"nnx: error: {label}: {explain_signal(signum)} {_RESUME}", file=stream)
     return 1
 
 

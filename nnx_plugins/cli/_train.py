@@ -17,13 +17,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
 
 from .._errors import NnxError
+from ..training._address import address_problem
 from ._config import one_file
+from ._output import report
 from ._supervise import supervise
 
 __all__ = ["add_commands"]
@@ -52,10 +57,12 @@ def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
 
     console = Console(highlight=False)
     try:
-        with group or contextlib.nullcontext():
+        # (SIGTERM handled once joined: JAX's join blocks in native code, where a Python
+        # handler cannot run, so until then SIGTERM ends the process at once, as it did)
+        with group or contextlib.nullcontext(), _stop_on_sigterm():
             if group is not None and group.process_id != 0:
                 _quiet_stdout()  # (process 0 reports for all; errors still go to stderr)
-            mesh = parse_mesh(args.mesh) if args.mesh else None
+            mesh = parse_mesh(args.mesh) if args.mesh is not None else None
             result = train(
                 load_config(given[0], overrides=given[1]),
                 run_dir=args.run_dir,
@@ -66,18 +73,18 @@ def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
                 allow_large=args.allow_large,
             )
     except RunError as error:  # the run directory, the devices, the batch, the processes
-        print(f"nnx: error: {_who(group)}{error}", file=sys.stderr)
+        report(f"nnx: error: {_who(group)}{error}")
         return 1
     except NnxError as error:  # (configs, checkpoints, data: they say where themselves)
-        print(f"{_who(group)}{error}", file=sys.stderr)
+        report(f"{_who(group)}{error}")
         return 1
-    except KeyboardInterrupt:
-        print(
-            f"nnx: {_who(group)}interrupted. The checkpoints written so far are intact (saves "
-            "are atomic); continue with the same command and --resume.",
-            file=sys.stderr,
+    except KeyboardInterrupt as stop:
+        how = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted"
+        report(
+            f"nnx: {_who(group)}{how}. The checkpoints written so far are intact (saves "
+            "are atomic); continue with the same command and --resume."
         )
-        return 130
+        return 128 + signal.SIGTERM if isinstance(stop, Terminated) else 130
     if group is None or group.process_id == 0:
         console.print(
             f"{_what_was_trained(result)}; run directory {result.run_dir}", soft_wrap=True
@@ -85,6 +92,30 @@ def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
         console.print(f"checkpoint: {result.checkpoint}", soft_wrap=True)
         console.print(describe_metrics(result.metrics), soft_wrap=True)
     return 0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: raised in the main thread, so that a run stops as on Ctrl-C (the
+    checkpoints written so far kept; other processes of the run told)."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated("SIGTERM")
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """Inside the block, SIGTERM raises `Terminated` (unless SIGTERM is ignored or handled
+    already, or this is not the main thread); the previous handler is restored after."""
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is not signal.SIG_DFL or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _process_group(args: argparse.Namespace, group_type: Any) -> Any:
@@ -134,7 +165,7 @@ def _eval(args: argparse.Namespace) -> int:
     try:
         metrics = evaluate(args.file, args.checkpoint)
     except NnxError as error:
-        print(str(error), file=sys.stderr)
+        report(str(error))
         return 1
     values = {k: v for k, v in metrics.items() if k not in ("step", "checkpoint")}
     print(
@@ -201,7 +232,11 @@ def _add_process_options(parser: argparse.ArgumentParser) -> None:
         "devices of all of them. Process 0 writes the logs and commits the checkpoints.",
     )
     group.add_argument(
-        "--coordinator", metavar="HOST:PORT", default=None, help="process 0's host and a free port"
+        "--coordinator",
+        metavar="HOST:PORT",
+        type=_coordinator,
+        default=None,
+        help="process 0's host and a free port ([::1]:PORT for an IPv6 address)",
     )
     group.add_argument(
         "--num-processes", metavar="N", type=_positive, default=None, help="how many processes"
@@ -234,3 +269,10 @@ def _index(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
     return int(text)
+
+
+def _coordinator(text: str) -> str:
+    problem = address_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text[:80]!r}: {problem}")
+    return text

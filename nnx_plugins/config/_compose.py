@@ -135,45 +135,125 @@ def _include_names(source: Source, entries: Any) -> list[tuple[Path, str]]:
     return items
 
 
-def _with_includes(config: Any, budget: Budget, chain: tuple[tuple[str, str], ...]) -> Source:
-    """Read ``config`` and merge the files it includes under it."""
+@dataclasses.dataclass
+class _Reading:
+    """A file whose includes are being read: the next include to read, what is merged so far."""
+
+    source: Source
+    items: list[tuple[Path, str]]
+    chain: tuple[tuple[str, str], ...]
+    merged: Source | None = None
+    problems: list[Problem] = dataclasses.field(default_factory=list)
+    done: int = 0
+
+
+def _open(config: Any, budget: Budget, chain: tuple[tuple[str, str], ...]) -> _Reading:
+    """Read ``config`` and the names it includes."""
     source = source_from(config, budget)
     data = source.data
-    if not isinstance(data, dict) or INCLUDE not in data:
-        return source
-    items = _include_names(source, data.pop(INCLUDE))
-    folder = os.path.dirname(source.name) if source.name != "<dict>" else os.curdir
-    merged: Source | None = None
-    problems: list[Problem] = []
-    for path, name in items:
+    items = []
+    if isinstance(data, dict) and INCLUDE in data:
+        items = _include_names(source, data.pop(INCLUDE))
+    return _Reading(source, items, chain)
+
+
+def _next_include(reading: _Reading) -> tuple[Path, str, str] | None:
+    """The next include of ``reading`` to read: ``(path, target, identity)``; problems with
+    an include (a cycle, a missing file) are added to ``reading.problems`` and skipped."""
+    folder = os.path.dirname(reading.source.name) if reading.source.name != "<dict>" else "."
+    while reading.done < len(reading.items):
+        path, name = reading.items[reading.done]
+        reading.done += 1
         target = os.path.normpath(os.path.join(folder, name))
         identity = os.path.realpath(target)
-        names = [shown for known, shown in chain]
-        if identity in (known for known, _ in chain):
-            start = [known for known, _ in chain].index(identity)
-            cycle = " -> ".join([*names[start:], target])
-            problems.append(
-                source.problem(
+        known = [identity for identity, _ in reading.chain]
+        if identity in known:
+            names = [shown for _, shown in reading.chain]
+            cycle = " -> ".join([*names[known.index(identity) :], target])
+            reading.problems.append(
+                reading.source.problem(
                     path,
                     f"include cycle: {cycle}. A file cannot include itself, directly or "
                     "through the files it includes.",
                 )
             )
-            continue
-        if not os.path.exists(target):
-            problems.append(
-                source.problem(path, f"cannot include {name!r}: there is no file {target}.")
+        elif not os.path.exists(target):
+            reading.problems.append(
+                reading.source.problem(path, f"cannot include {name!r}: there is no file {target}.")
             )
+        else:
+            return path, target, identity
+    return None
+
+
+def _finish(reading: _Reading) -> Source:
+    """The file of ``reading`` merged onto its includes; its problems raised."""
+    if reading.problems:
+        raise ConfigError([*reading.source.problems, *reading.problems])
+    return reading.source if reading.merged is None else merge(reading.merged, reading.source)
+
+
+def _add_included(parent: _Reading, path: Path, included: Source) -> None:
+    data = included.data
+    if data is None:  # (an empty file adds nothing)
+        return
+    if not isinstance(data, dict):
+        parent.problems.append(
+            parent.source.problem(
+                path,
+                f"cannot include {included.name}: it holds {type(data).__name__} "
+                f"{data!r:.40}, not a mapping of sections. An included file is merged key by "
+                "key under this one.",
+            )
+        )
+        return
+    parent.merged = included if parent.merged is None else merge(parent.merged, included)
+
+
+def _too_many_files(
+    source: Source, path: Path, chain: tuple[tuple[str, str], ...], budget: Budget
+) -> None:
+    """Refuse one more file, naming the include chain, at the include entry ``path``."""
+    names = [name for _, name in chain]
+    shown = " -> ".join(names if len(names) <= 6 else [*names[:3], "...", *names[-2:]])
+    where = source.problem(path, "")
+    budget.fail(
+        "max_files",
+        "the config reads more than {limit} files (itself and its includes); the include "
+        f"chain here is {len(names)} files long: {shown}.",
+        source=where.source,
+        path=path,
+        position=(where.line, where.column) if where.line is not None else None,
+    )
+
+
+def _with_includes(config: Any, budget: Budget, chain: tuple[tuple[str, str], ...]) -> Source:
+    """Read ``config`` and merge the files it includes under it (depth first, no recursion,
+    so a chain of includes is bounded by ``max_files`` alone)."""
+    stack = [_open(config, budget, chain)]
+    reading_path: list[Path] = []  # (for each reading but the first: its include entry)
+    while True:
+        top = stack[-1]
+        found = _next_include(top)
+        if found is not None:
+            path, target, identity = found
+            chain = (*top.chain, (identity, target))
+            if budget.files >= budget.limits.max_files:  # (a limit stops the read at once)
+                _too_many_files(top.source, path, chain, budget)
+            try:
+                stack.append(_open(target, budget, chain))
+                reading_path.append(path)
+            except ConfigError as error:
+                top.problems.extend(error.problems)
             continue
+        stack.pop()
+        if not stack:
+            return _finish(top)
+        path = reading_path.pop()
         try:
-            included = _with_includes(target, budget, (*chain, (identity, target)))
+            _add_included(stack[-1], path, _finish(top))
         except ConfigError as error:
-            problems.extend(error.problems)
-            continue
-        merged = included if merged is None else merge(merged, included)
-    if problems:
-        raise ConfigError([*source.problems, *problems])
-    return source if merged is None else merge(merged, source)
+            stack[-1].problems.extend(error.problems)
 
 
 def _shifted(value: Source, offset: int, name: str, path: Path) -> Source:
@@ -231,9 +311,11 @@ def apply_override(source: Source, text: str, budget: Budget) -> Source:
         raise ConfigError([Problem(path, message, name, 1, column)])
 
     try:
-        keys, columns, end = path_prefix(text)
+        keys, columns, end = path_prefix(text, max_keys=budget.limits.max_depth)
     except PathSyntaxError as error:
         fail(f"{error}; write KEY=VALUE, e.g. train.epochs=5.", error.column)
+    if len(keys) > budget.limits.max_depth:  # (a key path nests as deep as its keys)
+        budget.check_depth(len(keys), keys, name, (1, columns[budget.limits.max_depth]))
     if end >= len(text) or text[end] != "=":
         fail(
             f"expected '=' after the key {text[:end]!r}; write KEY=VALUE, "

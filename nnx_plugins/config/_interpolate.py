@@ -73,8 +73,9 @@ def _scalar_text(value: Any, reference: str, path: Path) -> str:
     )
 
 
-def _count(value: Any) -> int:
-    stack, count = [value], 0
+def _count(value: Any) -> tuple[int, int]:
+    """The values in ``value`` and the characters of its strings (what a copy adds)."""
+    stack, count, characters = [value], 0, 0
     while stack:
         item = stack.pop()
         count += 1
@@ -82,7 +83,9 @@ def _count(value: Any) -> int:
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
-    return count
+        elif isinstance(item, str):
+            characters += len(item)
+    return count, characters
 
 
 class _Resolver:
@@ -126,15 +129,32 @@ class _Resolver:
             text = self.get(path)
             whole = _WHOLE.match(text)
             if whole is not None:
-                value = copy_data(self.lookup(whole.group(1), path))
-                self.budget.add_nodes(_count(value), path, *where)
+                found = self.lookup(whole.group(1), path)
+                count, characters = _count(found)
+                self.budget.add_nodes(count, path, *where)
+                self.budget.add_text(characters, path, *where)
+                value = copy_data(found)
             else:
-                value = _PIECE.sub(lambda m: self.piece(m, path), text)
-                self.budget.add_text(len(value), path, *where)
+                value = self.expand(text, path, where)
             self.set(path, value)
         finally:
             self.active.pop()
         self.done.add(path)
+
+    def expand(self, text: str, path: Path, where: Any) -> str:
+        """``text`` with each ``${...}`` replaced, refused as soon as the output passes the
+        read's text budget (never built first and measured after)."""
+        parts, size, last = [], 0, 0
+        for match in _PIECE.finditer(text):
+            piece = self.piece(match, path)
+            parts += (text[last : match.start()], piece)
+            size += match.start() - last + len(piece)
+            last = match.end()
+            if self.budget.text + size > self.budget.limits.max_bytes:
+                self.budget.add_text(size, path, *where)  # (raises)
+        parts.append(text[last:])
+        self.budget.add_text(size + len(text) - last, path, *where)
+        return "".join(parts)
 
     def piece(self, match: re.Match[str], path: Path) -> str:
         if match.group() == "\\${":

@@ -107,6 +107,7 @@ class Budget:
     def __init__(self, limits: ConfigLimits, name: str):
         self.limits, self.name = limits, name
         self.nbytes = self.nodes = self.files = self.text = 0
+        self.paths: list[str] = []  # the files read, in order
 
     def fail(
         self,
@@ -191,6 +192,7 @@ class Budget:
     def add_file(self, source: str) -> None:
         """Count one more file read."""
         self.files += 1
+        self.paths.append(source)
         if self.files > self.limits.max_files:
             self.fail(
                 "max_files",

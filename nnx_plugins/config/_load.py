@@ -51,12 +51,30 @@ class Config:
             `register_section` and the ``nnx.config_sections`` entry points).
         prefer: ``plugins.prefer`` (name -> distribution) used to resolve collisions.
         source: the file name, or ``"<dict>"``.
+        files: every file read: the config, then its includes (not compared: two equal
+            configs may come from different files).
     """
 
     model: dict[str, Any]
     sections: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     prefer: Mapping[str, str] = dataclasses.field(default_factory=dict)
     source: str = "<dict>"
+    files: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    _source: Source | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def problem(self, path: tuple[Any, ...], message: str) -> Problem:
+        """A `Problem` at ``path`` located where that value was written (``file:line:col``),
+        for a check that needs more than the config (a file it names, the devices).
+
+        Example:
+            >>> from nnx_plugins import load_config
+            >>> config = load_config({"model": {"type": "relu"}})
+            >>> str(config.problem(("model", "type"), "not today"))
+            '<dict>: model.type: not today'
+        """
+        if self._source is None:
+            return Problem(tuple(path), message, self.source)
+        return self._source.problem(tuple(path), message)
 
     def to_dict(self) -> dict[str, Any]:
         """The whole resolved config as plain data that `load_config` reads back to an equal
@@ -124,7 +142,9 @@ def _section_problems(
     return None
 
 
-def _validate(source: Source, registry: Registry, unresolved: frozenset[Any]) -> Config:
+def _validate(
+    source: Source, registry: Registry, unresolved: frozenset[Any], files: Sequence[str] = ()
+) -> Config:
     """Validate the composed ``source``; a value whose interpolation failed (``unresolved``
     paths) is already reported, so what validation says about it is left out."""
     data = source.data
@@ -156,7 +176,7 @@ def _validate(source: Source, registry: Registry, unresolved: frozenset[Any]) ->
     normalized = walker.node(data["model"], ("model",))
     if walker.problems or source.problems or normalized is None:
         raise ConfigError(_in_order(walker.problems, source, unresolved))
-    return Config(normalized, sections, walker.prefer, source.name)
+    return Config(normalized, sections, walker.prefer, source.name, tuple(files), source)
 
 
 def _in_order(problems: list[Problem], source: Source, unresolved: frozenset[Any]) -> list[Problem]:
@@ -237,7 +257,7 @@ def load_config(
     try:
         source = compose(config, list(overrides), budget)
         unresolved = interpolate(source, budget)
-        return _validate(source, registry or default_registry(), unresolved)
+        return _validate(source, registry or default_registry(), unresolved, budget.paths)
     except RecursionError:  # (only with a max_depth raised past what Python's stack holds)
         message = (
             f"the config is nested too deeply for Python's recursion limit "

@@ -46,8 +46,11 @@ class PathSyntaxError(ValueError):
         self.column = column
 
 
-def path_prefix(text: str) -> tuple[tuple[Any, ...], list[int], int]:
-    """Read the path at the start of ``text``.
+def path_prefix(
+    text: str, *, max_keys: int | None = None
+) -> tuple[tuple[Any, ...], list[int], int]:
+    """Read the path at the start of ``text`` (reading stops after ``max_keys + 1`` keys,
+    so that the caller can refuse a path longer than ``max_keys`` without reading all of it).
 
     Returns:
         ``(path, columns, end)``: the keys, the 1-based column where each key starts, and the
@@ -59,7 +62,7 @@ def path_prefix(text: str) -> tuple[tuple[Any, ...], list[int], int]:
     keys: list[Any] = []
     columns: list[int] = []
     offset = 0
-    while offset < len(text):
+    while offset < len(text) and (max_keys is None or len(keys) <= max_keys):
         match = _TOKEN.match(text, offset)
         if match is None:
             break

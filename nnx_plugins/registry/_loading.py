@@ -1,7 +1,8 @@
 """Running a pack's code (its imports and hooks) so that it cannot take the run down with it.
 
 Plugin code runs with ``sys.stdout`` pointed at ``sys.stderr`` (a pack that prints cannot
-corrupt what a command writes on stdout, e.g. ``nnx config schema``), and anything it raises
+corrupt what a command writes on stdout, e.g. ``nnx config schema``) through a stream it cannot
+close (both are restored afterwards, even if the pack replaced them), and anything it raises
 except `KeyboardInterrupt` (``SystemExit`` from ``sys.exit()``, ``GeneratorExit``,
 ``MemoryError``, ``RecursionError``, ...) becomes a `PluginLoadError` naming the distribution,
 its version, the cause and a fix. What it loads is then checked (`check_object`).
@@ -64,7 +65,8 @@ def _describe(cause: BaseException) -> str:
 
 
 def run_plugin_code(call: Callable[[], T], *, plugin: PluginInfo, action: str) -> T:
-    """Return ``call()`` run as plugin code: stdout sent to stderr, failures turned into errors.
+    """Return ``call()`` run as plugin code: stdout sent to stderr (neither can be closed),
+    failures turned into errors.
 
     Args:
         call: the import or hook call, without arguments.
@@ -75,9 +77,11 @@ def run_plugin_code(call: Callable[[], T], *, plugin: PluginInfo, action: str) -
         PluginLoadError: ``call`` raised anything but `KeyboardInterrupt`; the original
             exception is its ``__cause__``.
     """
+    streams = sys.stdout, sys.stderr
+    shield = _Unclosable(sys.stderr)
     try:
-        with contextlib.redirect_stdout(sys.stderr):
-            return call()
+        sys.stdout = sys.stderr = shield  # type: ignore[assignment]
+        return call()
     except KeyboardInterrupt:
         raise
     except BaseException as cause:  # noqa: BLE001 - a pack may raise anything, even SystemExit
@@ -86,6 +90,34 @@ def run_plugin_code(call: Callable[[], T], *, plugin: PluginInfo, action: str) -
             plugin=plugin,
             fix=load_fix(plugin),
         ) from cause
+    finally:
+        sys.stdout, sys.stderr = streams  # (even if the pack replaced them)
+
+
+class _Unclosable:
+    """A stream that writes to ``target`` and ignores ``close()``: what a pack gets as
+    ``sys.stdout`` and ``sys.stderr`` while its code runs, so that closing them (or using
+    them in a ``with``) cannot close the command's stderr."""
+
+    def __init__(self, target: Any):
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def __enter__(self) -> _Unclosable:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def __iter__(self) -> Any:
+        return iter(self._target)
+
+    def close(self) -> None:
+        """Flush instead of closing."""
+        with contextlib.suppress(ValueError, OSError):
+            self._target.flush()
 
 
 def _error(plugin: PluginInfo, text: str) -> PluginLoadError:
@@ -108,6 +140,14 @@ def _check_layer(name: str, obj: Any, plugin: PluginInfo) -> None:
             plugin,
             f"provides layer {name!r} as the class {obj.__qualname__}, which is not a subclass "
             "of nnx_core.Module.",
+        )
+    if isinstance(obj, nnx_core.Module):
+        kind = type(obj).__qualname__
+        raise _error(
+            plugin,
+            f"provides layer {name!r} as an instance of {kind}, not the class: that one "
+            f"object (and its parameters) would be shared by every config naming it. Register "
+            f"the class {kind} itself.",
         )
     if not callable(obj):
         raise _error(

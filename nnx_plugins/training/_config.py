@@ -38,6 +38,7 @@ from ._sections import (
     MetricsSection,
     TaskSection,
 )
+from .data._base import DataError
 
 __all__ = [
     "TrainSection",
@@ -45,6 +46,7 @@ __all__ = [
     "KeepBest",
     "SECTIONS",
     "load_train_config",
+    "check_data_path",
     "config_problem",
 ]
 
@@ -163,6 +165,28 @@ def load_train_config(config: Any) -> Any:
     return dataclasses.replace(loaded, sections=sections)
 
 
+def check_data_path(config: Any) -> None:
+    """Refuse a data ``path`` that names no file, located where it is written (``file:line:col``)
+    before a run starts; `load_train_config` alone does not need the file (``nnx build``). A
+    glob or a ``stdlib:`` path of the text dataset is left to the dataset.
+
+    Raises:
+        DataError: no file (nor anything else) is at ``data.path``.
+    """
+    path = config.sections["data"].arguments.get("path")
+    if not isinstance(path, str) or os.path.lexists(path) or _named_otherwise(path):
+        return
+    relative = " (a relative path is relative to the config)" if config.files else ""
+    raise DataError(str(config.problem(("data", "path"), f"no such file {path!r}{relative}.")))
+
+
+def _named_otherwise(path: str) -> bool:
+    return path.startswith("stdlib:") or bool(set("*?[") & set(path))
+
+
 def config_problem(config: Any, path: tuple[Any, ...], message: str) -> ConfigError:
-    """A one-problem `ConfigError` for a check that needs more than the config (e.g. a file)."""
+    """A one-problem `ConfigError` for a check that needs more than the config (e.g. a file),
+    located where ``path`` is written when the config knows it."""
+    if hasattr(config, "problem"):
+        return ConfigError([config.problem(path, message)])
     return ConfigError([Problem(path, message, getattr(config, "source", "<dict>"))])

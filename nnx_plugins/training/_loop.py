@@ -48,7 +48,7 @@ from .._text import os_problem
 from ..config._build import build
 from ._assembly import Parts, assemble, config_error, located_data_error
 from ._collectives import sync
-from ._config import load_train_config
+from ._config import check_data_path, load_train_config
 from ._evaluation import eval_batch_size, evaluate_model, evaluation_line
 from ._memory import trainable_kinds
 from ._mesh import batch_placer, make_mesh, replicate_unplaced, shard_over
@@ -372,6 +372,7 @@ def train(
     """
     started = time.perf_counter()
     config = load_train_config(config)
+    check_data_path(config)
     parts = assemble(config)
     plan = _plan(config, parts, choose_run_dir(config, run_dir, resume))
     if mesh is None and jax.process_count() > 1:  # (several processes: one data-parallel mesh)
@@ -591,6 +592,7 @@ def evaluate(config: Any, checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
         DataError: the data cannot be read.
     """
     config = load_train_config(config)
+    check_data_path(config)
     parts = assemble(config)
     manifest = read_manifest(checkpoint)
     facts = manifest.get("run") or {}

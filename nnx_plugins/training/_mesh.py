@@ -46,15 +46,11 @@ def parse_mesh(text: str) -> dict[str, int]:
     axes: dict[str, int] = {}
     for part in text.split(","):
         name, _, size = part.partition("=")
-        name = name.strip()
-        if (
-            name not in ("data", "model")
-            or name in axes
-            or not size.strip().isdigit()
-            or int(size) < 1
-        ):
+        name, size = name.strip(), size.strip()
+        digits = size.isascii() and size.isdigit() and len(size) <= 9  # (not '²', not 10**100)
+        if name not in ("data", "model") or name in axes or not digits or int(size) < 1:
             raise RunError(
-                f"--mesh expects data=N or data=N,model=M with positive sizes, got {text!r}."
+                f"--mesh expects data=N or data=N,model=M with positive sizes, got {text[:80]!r}."
             )
         axes[name] = int(size)
     if "data" not in axes:

@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -35,6 +36,7 @@ from typing import Any, TextIO
 import jax
 from jax._src import distributed as _jax_distributed  # (the coordination service's client)
 
+from ._address import address_problem, resolve_problem, split_address
 from ._run_dir import RunError
 
 __all__ = ["ProcessGroup", "HEARTBEAT_TIMEOUT"]
@@ -44,6 +46,7 @@ HEARTBEAT_TIMEOUT = 100
 
 _FAILED = "nnx/failed/"  # + process index: that process's error
 _FINISHED = "nnx/finished/"  # + process index: that process completed its run
+_STOPPED = "stopped by "  # a published failure that was a stop (Ctrl-C, SIGTERM), not an error
 _FINISH_TIMEOUT = 600  # seconds a finished process waits for the others to finish
 _LEAVE_TIMEOUT = 30  # seconds process 0 waits for the others to disconnect
 _SHUTDOWN_TIMEOUT = 120  # seconds to leave the run when every process finished
@@ -104,9 +107,13 @@ class ProcessGroup:
 
     # -- joining ---------------------------------------------------------------------------
     def __enter__(self) -> ProcessGroup:
+        self._check_coordinator()
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         # (without it JAX aborts every process when one dies, with no word from nnx)
         jax.config.update("jax_enable_recoverability", True)
+        # (its preemption notifier takes SIGTERM for itself: a run would train on to the end)
+        jax.config.update("jax_enable_preemption_service", False)
+        on_sigterm = signal.getsignal(signal.SIGTERM)
         try:
             jax.distributed.initialize(
                 coordinator_address=self.coordinator,
@@ -116,11 +123,30 @@ class ProcessGroup:
             )
         except (ValueError, TypeError, RuntimeError) as error:
             raise RunError(self._join_problem(error)) from None
+        finally:
+            _take_back(signal.SIGTERM, on_sigterm)
         self.num_processes, self.process_id = jax.process_count(), jax.process_index()
         self._client = _jax_distributed.global_state.client
         self._watcher = threading.Thread(target=self._watch, name="nnx-processes", daemon=True)
         self._watcher.start()
         return self
+
+    def _check_coordinator(self) -> None:
+        """Refuse a coordinator address JAX would crash or hang on, before JAX sees it."""
+        given = self.coordinator
+        where = "--coordinator"
+        if given is None:
+            given, where = os.environ.get("JAX_COORDINATOR_ADDRESS"), "JAX_COORDINATOR_ADDRESS"
+        if given is None:
+            return
+        problem = address_problem(given)
+        if problem is None:
+            problem = resolve_problem(*split_address(given))
+        if problem is not None:
+            raise RunError(
+                f"cannot join a multi-process run: {where} {given[:80]!r} is not process 0's "
+                f"HOST:PORT: {problem}."
+            )
 
     def _join_problem(self, error: BaseException) -> str:
         given = (
@@ -180,7 +206,10 @@ class ProcessGroup:
             if self._closing:
                 return
             self._closing = True
-        reason = f"{type(error).__name__}: {error}"[:4000]
+        if isinstance(error, KeyboardInterrupt):  # (Ctrl-C, or SIGTERM: see the command)
+            reason = f"{_STOPPED}{error or 'SIGINT'}"
+        else:
+            reason = f"{type(error).__name__}: {error}"[:4000]
         try:
             self._client.key_value_set(f"{_FAILED}{self.process_id}", reason)
         except Exception:  # noqa: BLE001 - the service is gone: the others notice by themselves
@@ -242,6 +271,9 @@ class ProcessGroup:
         gone = [p for p in everyone if p not in live and p not in finished]
         if failed:
             first = min(failed)
+            if failed[first].startswith(_STOPPED):
+                how = failed[first][len(_STOPPED) :]
+                return f"process {first} of {self.num_processes} was stopped ({how})"
             return f"process {first} of {self.num_processes} failed: {failed[first]}"
         if gone:
             names = ", ".join(f"process {p}" for p in gone)
@@ -274,3 +306,10 @@ class ProcessGroup:
         self._disconnect(patience=_FAILED_SHUTDOWN_TIMEOUT)
         sys.stdout.flush()
         os._exit(1)
+
+
+def _take_back(signum: int, handler: Any) -> None:
+    """Install ``handler`` for ``signum`` again, over whatever native code installed since
+    (Python's record of the handler does not see a handler set outside Python)."""
+    if handler is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signum, handler)

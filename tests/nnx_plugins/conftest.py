@@ -38,6 +38,7 @@ def fake_modules(monkeypatch, tmp_path):
     module.NotAVariable = NotAVariable
     module.other_swish = other_swish
     module.not_callable = 42
+    module.an_instance = OtherGatedDense(3, rngs=Rngs(0))
 
     module.FakeParam = FakeParam
     monkeypatch.setitem(sys.modules, "fakepack", module)

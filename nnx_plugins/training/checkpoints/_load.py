@@ -242,7 +242,9 @@ def load(
     """Load a checkpoint: into ``into`` (a Module), or into a model rebuilt from its config.
 
     ``directory`` is a checkpoint directory or a directory of ``step_N`` checkpoints (the newest
-    is loaded). Nothing is modified unless every entry fits.
+    is loaded). Nothing is modified unless every entry fits. A rebuilt model is in training
+    mode, as `build` makes it (Dropout active, BatchNorm on batch statistics): call
+    ``model.eval()`` before predicting; ``into`` keeps its mode.
 
     Args:
         directory: where the checkpoint is.

@@ -78,7 +78,7 @@ def test_overrides_may_follow_the_options(capsys, files):
             ["config", "show", "mlp.yaml", "wide.yaml"],
             "give one config FILE, then KEY=VALUE overrides; got files ['mlp.yaml', 'wide.yaml']",
         ),
-        (["build", "mlp.yaml", "--bogus"], "got files ['mlp.yaml', '--bogus']"),
+        (["build", "mlp.yaml", "--bogus"], "nnx: error: unknown option --bogus. Options are"),
         (["config", "validate", "x=1"], "give at least one config FILE"),
         (["train", "mlp.yaml", "other.yaml"], "got files ['mlp.yaml', 'other.yaml']"),
     ],

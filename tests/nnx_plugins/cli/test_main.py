@@ -168,3 +168,36 @@ def test_config_validate_checks_the_training_sections(capsys, tmp_path):
         and "Did you mean 'learning_rate'" in err
     )
     assert f"{path}:3:" in err and "Did you mean 'steps'" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage", "message"),
+    [
+        (
+            ["train", "c.yaml", "--steps", "5"],
+            "nnx train FILE",
+            "unknown option --steps. A value of the config is set as KEY=VALUE after the file: "
+            "write train.steps=5.",
+        ),
+        (["train", "c.yaml", "--batch-size=64"], "nnx train FILE", "write train.batch_size=64."),
+        (["build", "c.yaml", "--keep"], "nnx build FILE", "write checkpoint.keep=VALUE."),
+        (
+            ["config", "validate", "c.yaml", "--seed", "3"],
+            "nnx config validate FILE",
+            "write train.seed=3.",
+        ),
+        (
+            ["train", "c.yaml", "train.seed=1", "--stepz", "5"],
+            "nnx train FILE",
+            "unknown option --stepz. Options are listed by --help; a value of the config is set "
+            "as KEY=VALUE after the file, e.g. train.steps=5. Did you mean 'train.steps'?",
+        ),
+    ],
+)
+def test_an_unknown_option_shows_the_override_meant(capsys, tmp_path, argv, usage, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    first, second = err.splitlines()
+    assert first.startswith(f"usage: {usage}") and second.startswith("nnx: error: unknown option")
+    assert second.endswith(message)
+    assert "as a file" not in err and "got files" not in err

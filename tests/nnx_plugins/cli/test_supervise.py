@@ -100,3 +100,19 @@ def test_killing_the_parent_ends_the_child(tmp_path):
 def test_the_signals_are_named():
     assert explain_signal(signal.SIGKILL).startswith("it was killed (SIGKILL: out of memory")
     assert "SIGSEGV" in explain_signal(signal.SIGSEGV)
+
+
+def test_a_forwarded_signal_that_ends_the_child_is_named_as_sent(tmp_path):
+    note = tmp_path / "pid"  # ("sleep": the child keeps SIGTERM's default action and dies of it)
+    process = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, "sleep", str(note)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(note)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=30)
+    assert out.splitlines() == ["parent got 143"]
+    assert err.startswith("nnx: process 1 of 2: stopped by SIGTERM, sent to this command. Every")
+    assert "JAX's runtime" not in err

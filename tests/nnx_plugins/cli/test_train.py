@@ -1,12 +1,20 @@
 """nnx train FILE [KEY=VALUE...]: the run keeps its resolved config, which reproduces it alone."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import yaml
 from safetensors.numpy import load_file
 
+import nnx_plugins
+from nnx_plugins import read_manifest
 from nnx_plugins.cli._main import main
+from nnx_plugins.training.checkpoints._save import latest_checkpoint
 
 BASE = """\
 model:
@@ -67,3 +75,67 @@ def test_a_bad_override_stops_training_before_anything_is_written(tmp_path, monk
         "<override train.step=3>:1:7: train.step: unknown key 'step'. Did you mean 'steps'?" in err
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base.yaml"]
+
+
+LONG = BASE.replace("steps: 100", "steps: 100000") + "checkpoint: {interval: 5, keep: 2}\n"
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does_keeping_its_checkpoints(tmp_path):
+    (tmp_path / "long.yaml").write_text(LONG)
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nnx_plugins.cli._main", "train", "long.yaml", "--no-progress"]
+        + ["--run-dir", str(run_dir)],
+        cwd=tmp_path,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while latest_checkpoint(run_dir / "checkpoints") is None:
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signal.SIGTERM, err
+    assert err.startswith(
+        "nnx: stopped by SIGTERM. The checkpoints written so far are intact (saves are atomic); "
+        "continue with the same command and --resume."
+    ), err
+    last = latest_checkpoint(run_dir / "checkpoints")
+    assert read_manifest(last)["step"] % 5 == 0
+    nnx_plugins.load(last)  # (whole: it loads)
+    done = subprocess.run(
+        [sys.executable, "-m", "nnx_plugins.cli._main", "train", "long.yaml", "--no-progress"]
+        + [
+            "--run-dir",
+            str(run_dir),
+            "--resume",
+            "train.steps=" + str(read_manifest(last)["step"] + 5),
+        ],
+        cwd=tmp_path,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "trained 5 steps" in done.stdout, done.stderr
+
+
+def test_sigterm_is_left_alone_when_it_is_ignored_or_handled():
+    from nnx_plugins.cli._train import _stop_on_sigterm
+
+    for handler in (signal.SIG_IGN, print):
+        previous = signal.signal(signal.SIGTERM, handler)
+        try:
+            with _stop_on_sigterm():
+                assert signal.getsignal(signal.SIGTERM) is handler
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    with _stop_on_sigterm():
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

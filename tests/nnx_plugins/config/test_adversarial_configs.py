@@ -1,9 +1,12 @@
 """Hostile configs: every probe is a located ConfigError naming the limit, nothing is written.
 
 The bomb-like probes run through the real command line in a subprocess limited to 1 GiB of
-address space (`resource.setrlimit(RLIMIT_AS)`) and a timeout: each must exit 1 with the
-error on stderr, no traceback, and no file created. The same probes run in-process too, where
-the exact message (the limit's name and how to raise it) is checked.
+address space more than it maps once jax and the command are loaded
+(`resource.setrlimit(RLIMIT_AS)`), and a timeout: each must exit 1 with the error on stderr, no
+traceback, and no file created. The subprocess runs jax on the CPU (``JAX_PLATFORMS=cpu``) and
+measures its baseline after jax loaded its backends and plugins, so that the address space a
+GPU runtime maps (gigabytes, on a machine with an accelerator) does not count. The same probes
+run in-process too, where the exact message (the limit's name and how to raise it) is checked.
 """
 
 import json
@@ -112,7 +115,9 @@ PROBES = {
             "b.yaml": MODEL,
         },
         ["config", "validate", "main.yaml"],
-        r"b.yaml: <root>: the config reads more than max_files=32 files .*NNX_CONFIG_MAX_FILES",
+        r"a.yaml:1:35: include\[3\]: the config reads more than max_files=32 files .* the "
+        r"include chain here is 3 files long: main.yaml -> a.yaml -> b.yaml\. .*"
+        r"NNX_CONFIG_MAX_FILES",
     ),
     "aliases across includes": (  # (each file is under the limit; together they are not)
         {
@@ -144,6 +149,37 @@ PROBES = {
         ["config", "show", "ok.yaml", "model.in_features=" + "[" * 10_000],
         r"<override model.in_features=\[\[\[+\.\.\.>:1:120: model.in_features: .*max_depth=100",
     ),
+    "100,000 copies of a 400 KB string in one string": (
+        {
+            "bomb.yaml": "model: {type: relu}\nw: '"
+            + "x" * 400_000
+            + "'\nb: '"
+            + "${w}" * 100_000
+            + "'\n"
+        },
+        ["config", "show", "bomb.yaml"],
+        r"bomb.yaml:3:4: b: string interpolation produces more than max_bytes=1,048,576",
+    ),
+    "an override key path 30,000 keys long": (  # (an argument holds at most 128 KiB)
+        {"ok.yaml": MODEL},
+        ["config", "show", "ok.yaml", "train." + ".".join(["a"] * 30_000) + "=1"],
+        r"<override train.a.a.a.*\.\.\.>:1:\d+: <root>: the config is nested deeper than "
+        r"max_depth=100",
+    ),
+    "an include of a list": (
+        {"main.yaml": "include: [list.yaml]\n" + MODEL, "list.yaml": "[1, 2, 3]\n"},
+        ["config", "validate", "main.yaml"],
+        r"main.yaml:1:11: include\[0\]: cannot include .*list.yaml: it holds list \[1, 2, 3\]",
+    ),
+    "a chain of 1,000 includes": (
+        {
+            **{f"f{i}.yaml": f"include: [f{i + 1}.yaml]\n" for i in range(999)},
+            "f999.yaml": MODEL,
+        },
+        ["config", "validate", "f0.yaml"],
+        r"f31.yaml:1:11: include\[0\]: the config reads more than max_files=32 files .* chain "
+        r"here is 33 files long: f0.yaml -> f1.yaml -> f2.yaml -> \.\.\. -> f31.yaml -> f32.yaml",
+    ),
     "training on a bomb": (
         {"bomb.yaml": laughs()},
         ["train", "bomb.yaml", "--no-progress", "train.steps=1"],
@@ -151,11 +187,22 @@ PROBES = {
     ),
 }
 
-RUNNER = textwrap.dedent(
+LIMITED = textwrap.dedent(
     """
-    import contextlib, io, json, os, resource, sys, time, traceback
-    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    import resource
+    import jax
+    jax.devices()  # (backends and plugins loaded before the limit)
     from nnx_plugins.cli._main import main
+    with open("/proc/self/status") as status:  # (VmSize: the address space mapped so far)
+        baseline = int(status.read().split("VmSize:")[1].split()[0]) << 10
+    resource.setrlimit(resource.RLIMIT_AS, (baseline + (1 << 30), baseline + (1 << 30)))
+    """
+)
+CPU = dict(os.environ, JAX_PLATFORMS="cpu")  # (where jax would find an accelerator too)
+
+RUNNER = LIMITED + textwrap.dedent(
+    """
+    import contextlib, io, json, os, sys, time, traceback
     results = {}
     for name, (folder, argv) in json.loads(sys.argv[1]).items():
         os.chdir(folder)
@@ -207,6 +254,7 @@ def probed(tmp_path_factory):
         capture_output=True,
         text=True,
         timeout=600,
+        env=CPU,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -231,18 +279,14 @@ def test_the_probes_stay_small(probed):
 
 def test_the_real_command_exits_1_without_a_traceback(tmp_path):
     (tmp_path / "bomb.yaml").write_text(laughs())
-    script = (
-        "import resource, sys\n"
-        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-        "from nnx_plugins.cli._main import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
-    )
+    script = LIMITED + "import sys\nsys.exit(main(sys.argv[1:]))\n"
     result = subprocess.run(
         [sys.executable, "-c", script, "config", "validate", "bomb.yaml"],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=tmp_path,
+        env=CPU,
     )
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.startswith("1 problem in bomb.yaml:\n  bomb.yaml:")

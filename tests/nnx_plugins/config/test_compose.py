@@ -1,5 +1,7 @@
 """Includes merged under a file, KEY=VALUE overrides on top, every value located where written."""
 
+import re
+
 import pytest
 
 from nnx_plugins import ConfigError, ConfigLimits, load_config
@@ -135,6 +137,49 @@ def test_a_cycle_names_the_chain(tmp_path):
     assert names[:3] == ["a.yaml", "b.yaml", "c.yaml"] and names[3].startswith("a.yaml.")
 
 
+@pytest.mark.parametrize(
+    ("content", "held"),
+    [("- 1\n- 2\n", r"list \[1, 2\]"), ("just text\n", "str 'just text'"), ("42\n", "int 42")],
+)
+def test_an_included_file_that_is_not_a_mapping_is_refused_at_the_entry(tmp_path, content, held):
+    write(tmp_path, **{"part.yaml": content, "main.yaml": "include: [part.yaml]\n" + LINEAR})
+    with pytest.raises(
+        ConfigError,
+        match=rf"main.yaml:1:11: include\[0\]: cannot include .*part.yaml: it holds {held}, not "
+        r"a mapping of sections\. An included file is merged key by key under this one\.",
+    ):
+        load_config(tmp_path / "main.yaml")
+
+
+def test_an_empty_included_file_adds_nothing(tmp_path):
+    write(tmp_path, **{"part.yaml": "", "main.yaml": "include: [part.yaml]\n" + LINEAR})
+    assert load_config(tmp_path / "main.yaml").model["type"] == "Linear"
+
+
+def chain(folder, length):
+    """``f0.yaml`` includes ``f1.yaml`` ... includes ``f{length-1}.yaml`` (the model)."""
+    for i in range(length - 1):
+        (folder / f"f{i}.yaml").write_text(f"include: [f{i + 1}.yaml]\n")
+    (folder / f"f{length - 1}.yaml").write_text(LINEAR)
+    return folder / "f0.yaml"
+
+
+def test_a_long_include_chain_is_bounded_by_max_files_alone(tmp_path):
+    first = chain(tmp_path, 1000)  # (deeper than Python's recursion limit allows recursion)
+    config = load_config(first, limits=ConfigLimits(max_files=5000))
+    assert config.model["type"] == "Linear" and len(config.files) == 1000
+    assert config.files[0] == str(first) and config.files[-1].endswith("f999.yaml")
+    with pytest.raises(
+        ConfigError,
+        match=r"f49.yaml:1:11: include\[0\]: the config reads more than max_files=50 files "
+        r"\(itself and its includes\); the include chain here is 51 files long: \S*f0.yaml -> "
+        r"\S*f1.yaml -> \S*f2.yaml -> \.\.\. -> \S*f49.yaml -> \S*f50.yaml\. Raise the limit "
+        r"with NNX_CONFIG_MAX_FILES=N",
+    ) as info:
+        load_config(first, limits=ConfigLimits(max_files=50))
+    assert "max_depth" not in str(info.value)
+
+
 def test_problems_of_included_files_join_the_rest(tmp_path):
     write(
         tmp_path,
@@ -226,6 +271,22 @@ def test_bad_overrides_are_located_at_the_argument(tmp_path, override, message):
     write(tmp_path, **{"m.yaml": "model: {type: Seq, layers: [{a: 1}, {a: 2}]}\n"})
     with pytest.raises(ConfigError, match=message):
         composed(tmp_path / "m.yaml", override)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [".".join(["a"] * 5000), "train." + ".".join(["a"] * 300_000), "model.x" + "[0]" * 5000],
+)
+def test_an_override_key_path_is_bounded_by_max_depth_and_located_there(tmp_path, key):
+    write(tmp_path, **{"m.yaml": LINEAR})
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "m.yaml", overrides=[key + "=1"])
+    (problem,) = info.value.problems
+    assert problem.source.startswith(f"<override {key[:20]}") and problem.line == 1
+    assert 200 <= problem.column <= 310  # (at the 101st key)
+    assert re.search(
+        r"nested deeper than max_depth=100 levels .*NNX_CONFIG_MAX_DEPTH", str(problem)
+    )
 
 
 def test_every_bad_override_is_reported(tmp_path):

@@ -1,8 +1,10 @@
 """${dotted.path}: whole values keep their type, text is substituted, every failure located."""
 
+import tracemalloc
+
 import pytest
 
-from nnx_plugins import ConfigError, ConfigLimits
+from nnx_plugins import ConfigError, ConfigLimits, load_config
 from nnx_plugins.config._interpolate import escape, interpolate
 from nnx_plugins.config._limits import Budget
 from nnx_plugins.config._source import read_source
@@ -117,6 +119,34 @@ def test_a_failure_is_reported_once_where_the_bad_reference_is():
 def test_interpolation_counts_toward_the_limits(text, limits, message):
     with pytest.raises(ConfigError, match=message):
         resolved(text, limits)
+
+
+def test_interpolation_is_refused_as_its_output_grows_not_after(tmp_path):
+    """100,000 copies of a 400 KB string inside one string: refused at the third copy, with
+    a few megabytes in use (building it first would take 40 GB)."""
+    path = tmp_path / "bomb.yaml"
+    path.write_text(
+        "model: {type: relu}\nw: '" + "x" * 400_000 + "'\nb: '" + "${w}" * 100_000 + "'\n"
+    )
+    tracemalloc.start()
+    try:
+        with pytest.raises(
+            ConfigError,
+            match=r"bomb.yaml:3:4: b: string interpolation produces more than max_bytes=1,048,576",
+        ):
+            load_config(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 << 20
+
+
+def test_whole_value_copies_of_a_string_count_its_characters():
+    with pytest.raises(
+        ConfigError,
+        match=r"m.yaml:4:4: d: string interpolation produces more than max_bytes=25 characters",
+    ):
+        resolved("a: xxxxxxxxxx\nb: ${a}\nc: ${a}\nd: ${a}\n", ConfigLimits(max_bytes=25))
 
 
 def test_escape():

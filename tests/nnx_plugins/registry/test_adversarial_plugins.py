@@ -305,3 +305,28 @@ def test_the_real_command_survives_a_pack_that_exits_and_one_that_prints(tmp_pat
     assert warning.startswith("nnx: warning: exit-pack 1.0 failed to load layer 'ex.D'")
     assert fix.startswith("  fix: Upgrade or reinstall exit-pack")
     assert error == "nnx: error: " + warning.removeprefix("nnx: warning: ")
+
+
+@pytest.mark.parametrize(
+    "closing",
+    [
+        "import sys\nsys.stdout.close()\n",  # (sys.stdout is stderr while a pack is imported)
+        "import sys\nsys.stderr.close()\n",
+        "import sys\nsys.__stderr__.close()\n",
+        "import os\nos.close(2)\n",
+    ],
+)
+def test_a_pack_that_closes_stdout_or_stderr_does_not_silence_the_command(tmp_path, closing):
+    install(
+        tmp_path, "closer-pack", "closer_mod", closing + GOOD_LAYER, {"cl.D": "closer_mod:Dense"}
+    )
+    (tmp_path / "bad.yaml").write_text("model: {type: cl.D, features: 2, nope: 3}\n")
+    done = run_nnx(tmp_path, "config", "validate", str(tmp_path / "bad.yaml"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr == (
+        f"1 problem in {tmp_path / 'bad.yaml'}:\n  {tmp_path / 'bad.yaml'}:1:34: model.nope: "
+        "unknown key 'nope' for cl.D. Valid keys: features.\n"
+    )
+    shown = run_nnx(tmp_path, "layers", "show", "cl.D")  # (stdout too, when only stderr was hit)
+    if "stdout" in closing or "stderr.close" in closing:
+        assert shown.returncode == 0 and "cl.D" in shown.stdout, shown.stderr

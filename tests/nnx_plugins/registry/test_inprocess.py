@@ -176,6 +176,13 @@ class _Named(Variable, kind="inproc.Named"):
             r"as the class object, which is not a subclass of nnx_core.Module",
         ),
         (register_layer, 42, r"as 42, which is neither a Module subclass nor an activation"),
+        (
+            register_layer,
+            Block(2, rngs=Rngs(0)),
+            r"in-process provides layer 'inproc.Other' as an instance of Block, not the class: "
+            r"that one object \(and its parameters\) would be shared by every config naming it\. "
+            r"Register the class Block itself\.",
+        ),
         (register_variable_kind, Block, r"as <class .*Block'>, which is not a subclass of"),
         (
             register_variable_kind,

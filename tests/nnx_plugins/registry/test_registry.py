@@ -150,6 +150,7 @@ def test_strict_mode_raises_instead_of_warning(fake_modules):
         ("nnx.variables", "fakepack:NotAVariable", "is not a subclass of nnx_core.Variable"),
         ("nnx.layers", "fakepack:NotAVariable", "is not a subclass of nnx_core.Module"),
         ("nnx.layers", "fakepack:not_callable", "neither a Module subclass nor an activation"),
+        ("nnx.layers", "fakepack:an_instance", "as an instance of OtherGatedDense, not the class"),
     ],
 )
 def test_wrong_objects_are_load_failures(fake_modules, kind, target, message):

@@ -1,11 +1,12 @@
 """The train and checkpoint sections, and load_train_config over every training section."""
 
+import re
 import textwrap
 
 import pytest
 
 from nnx_plugins import ConfigError
-from nnx_plugins.training._config import load_train_config
+from nnx_plugins.training._config import check_data_path, load_train_config
 
 MODEL = {"type": "Linear", "in_features": 64, "out_features": 10}
 
@@ -160,3 +161,27 @@ def test_json_schema_has_the_file_spelling():
     assert "arguments" not in optimizer["properties"] and optimizer["additionalProperties"] is True
     assert {"type": "number"} in optimizer["properties"]["learning_rate"]["anyOf"]
     assert schema["train"]["additionalProperties"] is False
+
+
+def test_a_missing_data_file_is_located_where_data_path_is_written(tmp_path, capsys):
+    from nnx_plugins import DataError
+    from nnx_plugins.cli._main import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "model: {type: Linear, in_features: 64, out_features: 10}\n"
+        "data:\n  type: npz\n  path: nowhere.npz\n"
+    )
+    message = (
+        rf"{re.escape(str(path))}:4:9: data.path: no such file "
+        rf"'{re.escape(str(tmp_path / 'nowhere.npz'))}' \(a relative path is relative to the config\)\."
+    )
+    with pytest.raises(DataError, match=message):
+        check_data_path(load_train_config(path))
+    assert main(["train", str(path), "--run-dir", str(tmp_path / "run")]) == 1
+    assert re.fullmatch(message + "\n", capsys.readouterr().err)
+    with pytest.raises(DataError, match=r"<dict>: data.path: no such file '/no/such.npz'\.$"):
+        check_data_path(
+            load_train_config({"model": MODEL, "data": {"type": "npz", "path": "/no/such.npz"}})
+        )
+    assert not (tmp_path / "run").exists()

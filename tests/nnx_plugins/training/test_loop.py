@@ -345,7 +345,7 @@ def test_run_directories_are_never_mixed(tmp_path, monkeypatch):
     second = train(config, progress=False)
     assert (first.run_dir, second.run_dir) == (
         tmp_path.joinpath("runs", "tiny").relative_to(tmp_path),
-        tmp_path.joinpath("runs", "tiny-2").relative_to(tmp_path),
+        tmp_path.joinpath("runs", "tiny-1").relative_to(tmp_path),
     )
     assert train(config, progress=False, resume=True).run_dir == second.run_dir
     with pytest.raises(

@@ -12,7 +12,11 @@ def test_parse_and_make_mesh():
     assert mesh.axis_names == ("data", "model") and mesh.devices.shape == (1, 1)
 
 
-@pytest.mark.parametrize("text", ["model=2", "data=0", "data=x", "data=2,data=2", "batch=2"])
+@pytest.mark.parametrize(
+    "text",
+    ["model=2", "data=0", "data=x", "data=2,data=2", "batch=2", "data=²", "data=٣", "", " ", ","]
+    + ["data=" + "9" * 100, "data=-1", "data=1,model="],
+)
 def test_bad_mesh_text(text):
     with pytest.raises(ValueError, match=r"--mesh (expects data=N|needs a 'data' axis)"):
         parse_mesh(text)
@@ -83,3 +87,17 @@ def test_too_few_devices_over_processes_says_how_many_each_needs(two_processes):
         r"simulate more with XLA_FLAGS=--xla_force_host_platform_device_count=8\.",
     ):
         make_mesh({"data": 16})
+
+
+@pytest.mark.parametrize("mesh", ["", "data=²"])
+def test_a_bad_mesh_on_the_command_line_is_a_clear_error(tmp_path, capsys, mesh):
+    from nnx_plugins.cli._main import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text("model: {type: Linear, in_features: 64, out_features: 10}\n")
+    assert main(["train", str(config), "--mesh", mesh, "--run-dir", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"nnx: error: --mesh expects data=N or data=N,model=M with positive sizes, got {mesh!r}.\n"
+    )
+    assert not (tmp_path / "run").exists()

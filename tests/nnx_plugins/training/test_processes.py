@@ -25,6 +25,8 @@ import nnx_core as nnx
 import nnx_plugins
 from nnx_plugins import load, read_manifest, train
 from nnx_plugins.cli._main import build_parser
+from nnx_plugins.training._processes import ProcessGroup
+from nnx_plugins.training._run_dir import RunError
 from nnx_plugins.training.checkpoints._save import latest_checkpoint, list_checkpoints
 
 # examples/digits_mlp.yaml, smaller. The first Linear has no bias: a bias right before BatchNorm
@@ -266,6 +268,47 @@ def test_killing_one_process_stops_the_other_and_keeps_the_last_checkpoint(tmp_p
     assert [p.name for p in list_checkpoints(run_dir / "checkpoints")][-1] == last.name
 
 
+@pytest.mark.parametrize("victim", [1, 0])
+def test_sigterm_to_one_process_stops_the_run_as_ctrl_c_does(tmp_path, victim):
+    """JAX's preemption service would take SIGTERM for itself (both processes then train on);
+    the command takes it back: the process sent it stops, saying so, and so do the others."""
+    long = {**MLP, "train": {**MLP["train"], "steps": 5000, "eval_interval": 5000}}
+    long["checkpoint"] = {"interval": 5, "keep": 2}
+    config = write_config(tmp_path, long)
+    run_dir = tmp_path / "run"
+    processes = start_two(
+        [config, "--run-dir", str(run_dir), "--mesh", "data=8", "--no-progress"], heartbeat=10
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while latest_checkpoint(run_dir / "checkpoints") is None:
+            assert all(p.poll() is None for p in processes), finish(processes)
+            assert time.monotonic() < deadline, "no checkpoint within 180 s"
+            time.sleep(0.1)
+        processes[victim].send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        results = finish(processes, timeout=120)
+        stopped = time.monotonic() - sent
+    finally:
+        for process in processes:
+            process.kill()
+    other = 1 - victim
+    (code, _, err), (other_code, _, other_err) = results[victim], results[other]
+    assert code == 128 + signal.SIGTERM, err[-3000:]
+    assert f"nnx: process {victim} of 2: stopped by SIGTERM. The checkpoints written so far" in err
+    assert other_code == 1 and "Traceback" not in err + other_err, other_err[-3000:]
+    watched = (
+        f"nnx: error: process {victim} of 2 was stopped (SIGTERM)\nnnx: stopping process "
+        f"{other} of 2 as well."
+    )
+    aborted = f"nnx: error: process {other} of 2: JAX's runtime ended it with SIGABRT"  # (gloo)
+    assert watched in other_err or aborted in other_err, other_err[-3000:]
+    assert stopped < 60  # (not the 5000 steps)
+    last = latest_checkpoint(run_dir / "checkpoints")
+    assert read_manifest(last)["step"] % 5 == 0
+    values(last)
+
+
 def test_an_error_in_one_process_stops_the_others_naming_it(tmp_path):
     config = write_config(tmp_path)
     missing = str(tmp_path / "missing.json")
@@ -363,12 +406,117 @@ def test_joining_errors_say_what_is_missing_or_wrong(tmp_path):
         ),
         (["--process-id", "x"], r"argument --process-id: expected a whole number >= 0, got 'x'"),
         (["--heartbeat-timeout", "-1"], r"expected a whole number >= 1, got '-1'"),
+        (["--coordinator", "garbage"], r"HOST:PORT, got 'garbage': there is no port \(no ':'\)"),
+        (["--coordinator", "localhost:abc"], r"the port 'abc' is not a number; give a port from 1"),
+        (["--coordinator", "a:b:c"], r"'a:b:c': an IPv6 address goes in brackets, e\.g\. \[::1\]"),
+        (["--coordinator", "localhost:-5"], r"the port '-5' is not a number"),
+        (["--coordinator", "[::1]:notaport"], r"the port 'notaport' is not a number"),
+        (
+            ["--coordinator", "localhost:0"],
+            r"the port 0 is out of range; give a port from 1 to 65535",
+        ),
+        (["--coordinator", "localhost:65536"], r"the port 65536 is out of range"),
+        (["--coordinator", "[::1"], r"an IPv6 address in brackets is followed by ':PORT'"),
+        (["--coordinator", "[nope]:5"], r"\[nope\] is not an IPv6 address"),
+        (["--coordinator", ":5"], r"the host is missing before ':'"),
+        (["--coordinator", "my host:5"], r"'my host' is not a host name or IPv4 address"),
+        (["--coordinator", ""], r"HOST:PORT, got '': it is empty"),
     ],
 )
 def test_process_options_are_checked_by_the_parser(option, match, capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "c.yaml", *option])
     assert re.search(match, capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("address", ["[::1]:5555", "10.0.0.1:1234", "node-7.cluster.local:80"])
+def test_coordinator_addresses_that_parse(address):
+    args = build_parser().parse_args(["train", "c.yaml", "--coordinator", address])
+    assert args.coordinator == address
+
+
+@pytest.mark.parametrize(
+    ("given", "environment", "match"),
+    [
+        (
+            "localhost:abc",
+            {},
+            r"cannot join a multi-process run: --coordinator 'localhost:abc' is not process 0's "
+            r"HOST:PORT: the port 'abc' is not a number",
+        ),
+        (
+            "nosuchhost.invalid:5555",
+            {},
+            r"--coordinator 'nosuchhost.invalid:5555' is not process 0's HOST:PORT: the host "
+            r"'nosuchhost.invalid' cannot be resolved \(.*\); check its name, or use its IP\.",
+        ),
+        (
+            None,
+            {"JAX_COORDINATOR_ADDRESS": "a:b:c"},
+            r"JAX_COORDINATOR_ADDRESS 'a:b:c' is not process 0's HOST:PORT: an IPv6 address",
+        ),
+    ],
+)
+def test_a_bad_coordinator_is_refused_before_jax_sees_it(monkeypatch, given, environment, match):
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    group = ProcessGroup(coordinator=given, num_processes=2, process_id=1)
+    with pytest.raises(RunError, match=match):
+        with group:
+            pass
+    assert not group.joined
+
+
+def test_a_bad_coordinator_on_the_command_line_is_a_usage_error(capsys):
+    from nnx_plugins.cli._main import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["train", "c.yaml", "--coordinator", "localhost:abc", "--num-processes", "2"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        "nnx train: error: argument --coordinator: expected HOST:PORT, got 'localhost:abc'" in err
+    )
+
+
+def test_sigterm_while_joining_ends_the_process_at_once(tmp_path):
+    """Joining blocks in JAX's native code, where no Python handler can run: there SIGTERM
+    keeps its default action (not a 300 s wait for the coordinator)."""
+    config = write_config(tmp_path)
+    group = ["--coordinator", f"localhost:{free_port()}", "--num-processes", "2"]
+    process = start(
+        [config, "--run-dir", str(tmp_path / "run"), *group, "--process-id", "1"], devices=1
+    )
+    time.sleep(3)  # (waiting for a process 0 that never comes)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert time.monotonic() - sent < 30 and process.returncode == 128 + signal.SIGTERM, err
+    assert "nnx: process 1 of 2: stopped by SIGTERM, sent to this command." in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_sigterm_reaches_python_after_joining():
+    """jax.distributed.initialize starts a preemption notifier that installs its own SIGTERM
+    handler; a ProcessGroup turns the service off and puts the Python handler back."""
+    script = textwrap.dedent(f"""
+        import os, signal, time
+        from nnx_plugins.training._processes import ProcessGroup
+        seen = []
+        signal.signal(signal.SIGTERM, lambda *_: seen.append("python"))
+        with ProcessGroup(coordinator="localhost:{free_port()}", num_processes=1, process_id=0):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+        print(seen)
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=environment(1),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.split() == ["['python']"], done.stderr[-3000:]
 
 
 def test_process_options_parse():

@@ -153,7 +153,9 @@ def test_a_sharded_checkpoint_loads_resharded_on_a_mesh_of_eight_devices(saved, 
             "blocks": sorted({{str(s.index) for s in kernel.addressable_shards}}),
             "kernel": np.asarray(kernel.astype(np.float32)).tolist()}}))
     """)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
+    )
     done = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
     )
