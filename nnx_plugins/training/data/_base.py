@@ -136,8 +136,9 @@ class Dataset:
         """The test split, in batches of at most ``batch_size``; it ends."""
         raise NotImplementedError(f"{type(self).__name__} does not define test_batches().")
 
-    def label_arrays(self) -> tuple[np.ndarray, ...]:
-        """The targets held in memory (train, test) for the task to check; ``()`` if streamed."""
+    def label_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
+        """The targets held in memory for the task to check, as ``(name, array, offset)``: the
+        array's name in the source and the index of its first row there; ``()`` if streamed."""
         return ()
 
     def state(self) -> dict[str, Any]:
@@ -303,8 +304,8 @@ class ArrayDataset(Dataset):
             stop = start + batch_size
             yield {"inputs": self.x_test[start:stop], "targets": self.y_test[start:stop]}
 
-    def label_arrays(self) -> tuple[np.ndarray, ...]:
-        return (self.y_train, self.y_test)
+    def label_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
+        return (("y", self.y_train, 0), ("y_test", self.y_test, 0))
 
 
 def check_split(x: np.ndarray, y: np.ndarray, name: str, keys: tuple[str, str]) -> None:

@@ -240,11 +240,13 @@ class NpzDataset(ArrayDataset):
                 f"test_fraction must be in (0, 1), got {test_fraction}.", key="test_fraction"
             )
         self.path, self.keys, self.test_fraction = path, (x, y, x_test, y_test), test_fraction
+        self._split_at: int | None = None  # (where the test rows start in the file's arrays)
 
     def load_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         x, y, x_test, y_test = self.keys
         arrays = read_npz(self.path, [x, y, x_test, y_test], required=[x, y])
         if x_test in arrays and y_test in arrays:
+            self._split_at = None
             return arrays[x], arrays[y], arrays[x_test], arrays[y_test]
         # (checked whole, so that messages index the file's arrays, not a split of them)
         xs, ys = narrow(arrays[x], f"{self.name}: {x}"), narrow(arrays[y], f"{self.name}: {y}")
@@ -252,7 +254,15 @@ class NpzDataset(ArrayDataset):
         check_finite(ys, f"{self.name}: {y}")
         check_split(xs, ys, self.name, (x, y))
         cut = len(xs) - max(1, int(round(len(xs) * self.test_fraction)))
+        self._split_at = cut
         return xs[:cut], ys[:cut], xs[cut:], ys[cut:]
+
+    def label_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
+        _, y, _, y_test = self.keys
+        train, test = self.y_train, self.y_test  # (read first: then the split is known)
+        if self._split_at is None:
+            return ((y, train, 0), (y_test, test, 0))
+        return ((y, train, 0), (y, test, self._split_at))
 
     def describe(self) -> DataInfo:
         """From the headers of ``x`` and ``y`` (nothing else is read). The classes are not

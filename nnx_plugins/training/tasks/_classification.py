@@ -67,14 +67,13 @@ class Classification(Task):
         classes = output.shape[-1] if output is not None and len(output.shape) == 2 else None
         if classes is None:
             return
-        for split, labels in zip(
-            ("y", "y_test"), data.label_arrays() if hasattr(data, "label_arrays") else ()
-        ):
+        held = data.label_arrays() if callable(getattr(data, "label_arrays", None)) else ()
+        for name, labels, offset in held:
             found = first_bad_label(np.asarray(labels), classes)
             if found is not None:
                 index, label = found
                 raise DataError(
-                    f"{info.name}: label {split}[{index}] is {label}, outside the model's "
+                    f"{info.name}: label {name}[{index + offset}] is {label}, outside the model's "
                     f"{classes} classes (0 to {classes - 1}). Labels must be class indices; "
                     "fix the data, or give the model more outputs."
                 )

@@ -80,3 +80,13 @@ def test_a_bfloat16_run_computes_in_bfloat16_and_keeps_float32_state(tmp_path):
     } == {"float32"}
     saved = (tmp_path / "config.yaml").read_text()
     assert "precision: bfloat16" in saved and "dtype: bfloat16" not in saved
+
+
+def test_training_md_lists_the_builtin_layers_it_reaches():
+    import pathlib
+    import re
+
+    text = pathlib.Path(__file__).resolve().parents[3].joinpath("docs", "training.md").read_text()
+    paragraph = text[text.index("### train.precision") : text.index("### A loss that is not finite")]
+    listed = set(re.findall(r"`([A-Z][A-Za-z]+)`", paragraph.split("(today:")[1].split(")")[0]))
+    assert listed == set(layers_with_dtype())
