@@ -14,6 +14,7 @@ import nnx_core as nnx
 from nnx_plugins import CheckpointError, ConfigError, evaluate, read_manifest, train
 from nnx_plugins.training import _loop
 from nnx_plugins.training.data._base import DataError
+from nnx_plugins.training.data._bundled import Digits
 
 # BatchNorm (BatchStats), Dropout (Rng state), Adam with a schedule (optimizer state, count).
 MLP = {
@@ -587,3 +588,43 @@ def test_a_language_model_trains_and_its_vocabulary_is_held_to(tmp_path):
     more = {**config, "train": {**config["train"], "steps": 60}}
     with pytest.raises(CheckpointError, match=r"differs from this text's"):
         train(more, run_dir=tmp_path / "run", progress=False, resume=True)
+
+
+def test_a_non_finite_state_is_never_checkpointed(nnx_registry, tmp_path):
+    from nnx_plugins import Callback, TrainingDivergedError, register_callback
+
+    @register_callback("test.spoil")
+    class Spoil(Callback):
+        def after_step(self, run, step):
+            if step == 7:  # (the running mean only: the loss stays finite in training mode)
+                run.model.layers[1].mean.value = run.model.layers[1].mean.value * np.nan
+
+    config = {**MLP, "callbacks": ["test.spoil"], "checkpoint": {"interval": 5, "keep": 3}}
+    with pytest.raises(
+        TrainingDivergedError,
+        match=r"the weights or optimizer state hold NaN or infinite values at step 10; the last checkpoint, .*step_00000005, is finite",
+    ):
+        train(config, run_dir=tmp_path, progress=False)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_00000005"]
+
+
+def test_a_dataset_without_epochs_needs_train_steps(nnx_registry, tmp_path):
+    from nnx_plugins import register_dataset
+    from nnx_plugins.training.data._base import Dataset
+
+    @register_dataset("test.endless")
+    class Endless(Dataset):
+        def describe(self):
+            return Digits(layout="flat").describe()
+
+        def batch(self, step, batch_size, seed):
+            return Digits(layout="flat").batch(step, batch_size, seed)
+
+        def test_batches(self, batch_size):
+            return Digits(layout="flat").test_batches(batch_size)
+
+    config = {**MLP, "data": {"type": "test.endless"}, "train": {"batch_size": 32}}
+    with pytest.raises(ConfigError, match=r"train: Endless has no epochs: give train\.steps"):
+        train(config, run_dir=tmp_path, progress=False)
+    config["train"] = {"batch_size": 32, "steps": 10}
+    assert train(config, run_dir=tmp_path, progress=False).step == 10

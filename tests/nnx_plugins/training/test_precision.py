@@ -87,6 +87,8 @@ def test_training_md_lists_the_builtin_layers_it_reaches():
     import re
 
     text = pathlib.Path(__file__).resolve().parents[3].joinpath("docs", "training.md").read_text()
-    paragraph = text[text.index("### train.precision") : text.index("### A loss that is not finite")]
+    paragraph = text[
+        text.index("### train.precision") : text.index("### A loss that is not finite")
+    ]
     listed = set(re.findall(r"`([A-Z][A-Za-z]+)`", paragraph.split("(today:")[1].split(")")[0]))
     assert listed == set(layers_with_dtype())

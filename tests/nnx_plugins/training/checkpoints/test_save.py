@@ -389,3 +389,24 @@ def test_save_rejects_bad_configs_and_ambiguous_paths(tmp_path):
     with pytest.raises(ValueError, match=r"two entries would be stored as 'model/d/a/b'"):
         save(Clash(), tmp_path / "d")
     assert not (tmp_path / "d").exists()
+
+
+def test_extra_modules_are_saved_beside_the_model_and_loaded_by_name(tmp_path):
+    import nnx_plugins
+    from nnx_plugins import CheckpointError
+
+    model = nnx_plugins.build({"type": "Linear", "in_features": 2, "out_features": 3})
+    average = nnx_plugins.build({"type": "Linear", "in_features": 2, "out_features": 3})
+    where = nnx_plugins.save(
+        model, tmp_path / "c", extra={"ema": average}, run={"data": {"level": "bytes"}}
+    )
+    manifest = nnx_plugins.read_manifest(where)
+    assert "ema/kernel" in manifest["entries"] and manifest["run"] == {"data": {"level": "bytes"}}
+    into = nnx_plugins.build({"type": "Linear", "in_features": 2, "out_features": 3})
+    nnx_plugins.load(where, into=model, extra={"ema": into})
+    assert (into.kernel.value == average.kernel.value).all()
+    with pytest.raises(CheckpointError, match=r"swa: the checkpoint holds no swa state"):
+        nnx_plugins.load(where, into=model, extra={"swa": into})
+    for name in ("model", "optimizer", "not a name"):
+        with pytest.raises(ValueError, match=r"extra checkpoint entries need a name other than"):
+            nnx_plugins.save(model, tmp_path / "d", extra={name: average})

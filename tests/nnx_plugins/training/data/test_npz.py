@@ -209,3 +209,27 @@ def test_the_constructor_checks_its_arguments():
     with pytest.raises(DataError, match=r"test_fraction must be in \(0, 1\), got 1\.5") as info:
         NpzDataset("a.npz", test_fraction=1.5)
     assert info.value.key == "test_fraction"
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (
+            np.lib.format.magic(1, 0)[:6] + bytes([9, 0]) + b"\0\0",
+            r"array 'x' has a \.npy header of unknown version 9",
+        ),
+        (b"PK not numpy", r"array 'x' is not a \.npy array \(no NUMPY header\)"),
+        (
+            np.lib.format.magic(1, 0) + (200).to_bytes(2, "little") + b"{'descr'",
+            r"array 'x' ends inside its header: the file is truncated",
+        ),
+        (
+            np.lib.format.magic(1, 0) + (10).to_bytes(2, "little") + b"[[[[[[[[[\n",
+            r"array 'x' has an unreadable header",
+        ),
+    ],
+)
+def test_broken_npy_headers(tmp_path, content, match):
+    path = crafted(tmp_path / "h.npz", {"x.npy": content})
+    with pytest.raises(DataError, match=match):
+        read_npz(path, ["x"])

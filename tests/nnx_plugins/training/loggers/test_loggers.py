@@ -106,3 +106,9 @@ def test_tensorboard_without_its_writer_says_how_to_install_it(monkeypatch):
 def test_a_logger_must_write():
     with pytest.raises(NotImplementedError, match=r"Logger does not define write\(\)"):
         Logger().write({})
+
+
+@pytest.mark.parametrize("logger", [JsonlLogger(), CsvLogger()])
+def test_writing_before_open_is_a_programming_error(logger):
+    with pytest.raises(RuntimeError, match=r"Logger\.write before open\(\)"):
+        logger.write({"step": 1, "split": "train"})
