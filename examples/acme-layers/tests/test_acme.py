@@ -105,3 +105,26 @@ def test_a_run_made_of_the_pack_parts(nnx_registry, tmp_path):
         .splitlines()[-1]
         .startswith(f"step {result.step} test loss=")
     )
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (
+            lambda: __import__("acme_layers.waves").waves.Waves(examples=0),
+            r"examples and test_examples must be >= 1",
+        ),
+        (lambda: __import__("acme_layers.waves").waves.Waves(noise=-1.0), r"noise must be >= 0"),
+        (
+            lambda: __import__("acme_layers.quantile").quantile.Quantile(quantile=1.0),
+            r"quantile must be in \(0, 1\)",
+        ),
+        (
+            lambda: __import__("acme_layers.text_log").text_log.TextLog(file="../x"),
+            r"file must be a plain file name",
+        ),
+    ],
+)
+def test_the_run_parts_check_their_arguments(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
