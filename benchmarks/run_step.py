@@ -23,8 +23,8 @@ import numpy as np
 
 from nnx_plugins.training._assembly import assemble
 from nnx_plugins.training._config import load_train_config
-from nnx_plugins.training._loop import _plan, _setup, _steps
 from nnx_plugins.training._mesh import batch_placer
+from nnx_plugins.training._plan import make_plan, setup, steps_of
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -75,9 +75,9 @@ def make_run(name: str, precision: str, run_dir: str) -> tuple[Any, Any, Any, An
     spec.setdefault("optimizer", {"type": "adam", "learning_rate": 1e-3})
     config = load_train_config(spec)
     parts = assemble(config)
-    plan = _plan(config, parts, Path(run_dir))
-    plan.steps = _steps(plan)
-    model, optimizer = _setup(plan, None)
+    plan = make_plan(config, parts, Path(run_dir))
+    plan.steps = steps_of(plan)
+    model, optimizer = setup(plan, None)
     return plan, model, optimizer, batch_placer(None, plan.rows)
 
 

@@ -82,7 +82,7 @@ _EXPORTS = {
     "evaluate": ".training._loop",
     "build_model": ".training._loop",
     "TrainResult": ".training._loop",
-    "TrainingDivergedError": ".training._loop",
+    "TrainingDivergedError": ".training._run_state",
     "load_train_config": ".training._config",
     "DataError": ".training.data._base",
     "ProcessGroup": ".training._processes",
@@ -157,12 +157,12 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .registry._run_parts import register_metric as register_metric
     from .registry._run_parts import register_task as register_task
     from .training._config import load_train_config as load_train_config
-    from .training._loop import TrainingDivergedError as TrainingDivergedError
     from .training._loop import TrainResult as TrainResult
     from .training._loop import build_model as build_model
     from .training._loop import evaluate as evaluate
     from .training._loop import train as train
     from .training._processes import ProcessGroup as ProcessGroup
+    from .training._run_state import TrainingDivergedError as TrainingDivergedError
     from .training.callbacks._base import Callback as Callback
     from .training.checkpoints._load import load as load
     from .training.checkpoints._manifest import read_manifest as read_manifest
