@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -57,8 +58,8 @@ class Ema(Callback):
     def start(self, run: Any) -> None:
         self.model = nnx_core.clone(run.model)
         self.wrt = run.optimizer.wrt
-        if self.wrt not in _UPDATE:
-            _UPDATE[self.wrt] = nnx_core.jit(lambda e, m, d: _average(e, m, d, self.wrt))
+        if self.wrt not in _UPDATE:  # (one compiled update per filter; it holds no model)
+            _UPDATE[self.wrt] = nnx_core.jit(functools.partial(_average, wrt=self.wrt))
 
     def after_step(self, run: Any, step: int) -> None:
         decay = np.float32(min(self.decay, (1.0 + step) / (10.0 + step)))

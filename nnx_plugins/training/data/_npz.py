@@ -34,13 +34,17 @@ from typing import IO, Any
 import jax
 import numpy as np
 
+from .._memory import human_bytes
 from ._base import ArrayDataset, DataError, DataInfo, check_finite, check_split, narrow
-from ._files import check_size, open_regular
+from ._files import LIMIT_VARIABLE, check_size, open_regular
 
 __all__ = ["NpzDataset", "read_npz", "npz_headers", "ArrayHeader"]
 
 #: the longest .npy header read (numpy writes a few hundred bytes)
 MAX_HEADER = 65536
+#: a compressed member larger than EXPANSION_FLOOR once read may expand at most this many times
+MAX_EXPANSION = 100
+EXPANSION_FLOOR = 64 * 2**20
 _MAGIC = b"\x93NUMPY"
 _READ_ERRORS = (
     zipfile.BadZipFile,
@@ -150,7 +154,24 @@ def _check_headers(path: str, headers: dict[str, ArrayHeader]) -> None:
                 f"({header.nbytes:,} bytes) but the archive holds {max(held, 0):,} bytes of "
                 "data for it: the file is truncated or crafted.",
             )
+        _check_expansion(path, header)
     check_size(sum(h.nbytes for h in headers.values()), f"{path} (arrays {', '.join(headers)})")
+
+
+def _check_expansion(path: str, header: ArrayHeader) -> None:
+    """Refuse a large member that expands like a zip bomb, unless ``NNX_DATA_MAX_BYTES`` says
+    how much the user allows."""
+    info = header.info
+    ratio = info.file_size / max(info.compress_size, 1)
+    if ratio <= MAX_EXPANSION or info.file_size <= EXPANSION_FLOOR or LIMIT_VARIABLE in os.environ:
+        return
+    raise _problem(
+        path,
+        f"array {header.name!r} expands {ratio:,.0f} times ({human_bytes(info.compress_size)} "
+        f"compressed, {human_bytes(info.file_size)} once read): an archive that expands more than "
+        f"{MAX_EXPANSION} times past {human_bytes(EXPANSION_FLOOR)} is refused as a likely zip "
+        f"bomb. If the data is genuine, set {LIMIT_VARIABLE} to the bytes you allow it.",
+    )
 
 
 def _read_array(archive: zipfile.ZipFile, header: ArrayHeader, path: str) -> np.ndarray:

@@ -233,3 +233,18 @@ def test_broken_npy_headers(tmp_path, content, match):
     path = crafted(tmp_path / "h.npz", {"x.npy": content})
     with pytest.raises(DataError, match=match):
         read_npz(path, ["x"])
+
+
+def test_a_large_member_that_expands_like_a_zip_bomb_is_refused(tmp_path, monkeypatch):
+    np.savez_compressed(
+        tmp_path / "bomb.npz", x=np.zeros(80 * 2**20, np.uint8), y=np.zeros(1, np.uint8)
+    )
+    assert (tmp_path / "bomb.npz").stat().st_size < 1 << 20
+    monkeypatch.delenv(LIMIT_VARIABLE, raising=False)
+    with pytest.raises(
+        DataError,
+        match=r"array 'x' expands 1,0\d\d times \(.* compressed, 80\.0 MB once read\): .* refused as a likely zip bomb\. If the data is genuine, set NNX_DATA_MAX_BYTES",
+    ):
+        read_npz(tmp_path / "bomb.npz", ["x", "y"])
+    monkeypatch.setenv(LIMIT_VARIABLE, str(2**30))  # (the user vouches for it)
+    assert read_npz(tmp_path / "bomb.npz", ["x"])["x"].shape == (80 * 2**20,)
