@@ -79,8 +79,7 @@ def _problem_text(item: Mapping[str, Any], kind: str, name: str, fields: list[st
         )
     if item["type"] == "missing":
         return f"{NOUN[kind]} {name!r} needs the argument {loc!r}"
-    message = item["msg"][0].lower() + item["msg"][1:] if item["msg"] else "invalid"
-    return message
+    return item["msg"] or "invalid value"
 
 
 def _check_part(

@@ -251,7 +251,7 @@ def test_a_broken_part_is_left_out_of_the_schema(with_fakes):
         ),
         (
             {"task": {"type": "regression", "loss": "l1"}},
-            r"task\.loss: input should be 'mse', 'mae' or 'huber'",
+            r"task\.loss: Input should be 'mse', 'mae' or 'huber'",
         ),
         ({"loggers": {"type": "csv"}}, r"loggers: expected a list of loggers"),
         (

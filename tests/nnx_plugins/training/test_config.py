@@ -42,7 +42,7 @@ def test_defaults_fill_every_section():
             {"data": {"type": "digits", "path": "x.npz"}},
             r"data\.path: unknown argument 'path' for dataset 'digits'\. .*Valid keys: type, layout",
         ),
-        ({"data": {"layout": "NCHW"}}, r"data\.layout: input should be 'NHWC' or 'flat'"),
+        ({"data": {"layout": "NCHW"}}, r"data\.layout: Input should be 'NHWC' or 'flat'"),
         (
             {"data": {"type": "npz", "path": "a.npz", "test_fraction": 1.5}},
             r"data\.test_fraction: dataset 'npz' refused it: test_fraction must be in \(0, 1\)",
