@@ -90,6 +90,8 @@ def _read_header(
         raise _problem(path, f"array {name!r} has a .npy header of unknown version {major}.")
     size_format = "<H" if major == 1 else "<I"
     raw_size = stream.read(struct.calcsize(size_format))
+    if len(raw_size) < struct.calcsize(size_format):
+        raise _problem(path, f"array {name!r} ends inside its header: the file is truncated.")
     (length,) = struct.unpack(size_format, raw_size)
     if length > MAX_HEADER:
         raise _problem(

@@ -219,6 +219,7 @@ def test_the_constructor_checks_its_arguments():
             r"array 'x' has a \.npy header of unknown version 9",
         ),
         (b"PK not numpy", r"array 'x' is not a \.npy array \(no NUMPY header\)"),
+        (np.lib.format.magic(1, 0), r"array 'x' ends inside its header: the file is truncated"),
         (
             np.lib.format.magic(1, 0) + (200).to_bytes(2, "little") + b"{'descr'",
             r"array 'x' ends inside its header: the file is truncated",
