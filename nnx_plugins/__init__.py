@@ -59,16 +59,32 @@ _EXPORTS = {
     "ModelCheck": ".config._shapes",
     "layer_spec": ".config._fields",
     "LayerSpec": ".config._fields",
+    # run parts
+    "register_task": ".registry._run_parts",
+    "register_dataset": ".registry._run_parts",
+    "register_metric": ".registry._run_parts",
+    "register_logger": ".registry._run_parts",
+    "register_callback": ".registry._run_parts",
+    "get_run_part": ".registry._run_parts",
+    "Task": ".training.tasks._base",
+    "Dataset": ".training.data._base",
+    "ArrayDataset": ".training.data._base",
+    "DataInfo": ".training.data._base",
+    "Logger": ".training.loggers._base",
+    "Callback": ".training.callbacks._base",
+    "Vocabulary": ".training.data._text",
     # training and checkpoints
-    "save": ".training._checkpoint",
-    "load": ".training._checkpoint_load",
-    "read_manifest": ".training._checkpoint_manifest",
-    "CheckpointError": ".training._checkpoint",
+    "save": ".training.checkpoints._save",
+    "load": ".training.checkpoints._load",
+    "read_manifest": ".training.checkpoints._manifest",
+    "CheckpointError": ".training.checkpoints._save",
     "train": ".training._loop",
     "evaluate": ".training._loop",
+    "build_model": ".training._loop",
     "TrainResult": ".training._loop",
+    "TrainingDivergedError": ".training._run_state",
     "load_train_config": ".training._config",
-    "DataError": ".training._data",
+    "DataError": ".training.data._base",
     "ProcessGroup": ".training._processes",
 }
 
@@ -134,13 +150,28 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .registry._registry import Registry as Registry
     from .registry._registry import default_registry as default_registry
     from .registry._registry import set_default_registry as set_default_registry
-    from .training._checkpoint import CheckpointError as CheckpointError
-    from .training._checkpoint import save as save
-    from .training._checkpoint_load import load as load
-    from .training._checkpoint_manifest import read_manifest as read_manifest
+    from .registry._run_parts import get_run_part as get_run_part
+    from .registry._run_parts import register_callback as register_callback
+    from .registry._run_parts import register_dataset as register_dataset
+    from .registry._run_parts import register_logger as register_logger
+    from .registry._run_parts import register_metric as register_metric
+    from .registry._run_parts import register_task as register_task
     from .training._config import load_train_config as load_train_config
-    from .training._data import DataError as DataError
     from .training._loop import TrainResult as TrainResult
+    from .training._loop import build_model as build_model
     from .training._loop import evaluate as evaluate
     from .training._loop import train as train
     from .training._processes import ProcessGroup as ProcessGroup
+    from .training._run_state import TrainingDivergedError as TrainingDivergedError
+    from .training.callbacks._base import Callback as Callback
+    from .training.checkpoints._load import load as load
+    from .training.checkpoints._manifest import read_manifest as read_manifest
+    from .training.checkpoints._save import CheckpointError as CheckpointError
+    from .training.checkpoints._save import save as save
+    from .training.data._base import ArrayDataset as ArrayDataset
+    from .training.data._base import DataError as DataError
+    from .training.data._base import DataInfo as DataInfo
+    from .training.data._base import Dataset as Dataset
+    from .training.data._text import Vocabulary as Vocabulary
+    from .training.loggers._base import Logger as Logger
+    from .training.tasks._base import Task as Task

@@ -21,7 +21,7 @@ from ..registry._errors import PluginError
 from ..registry._listing import offers
 from ._output import add_command, console, fail, registry, table
 
-__all__ = ["add_commands"]
+__all__ = ["add_commands", "names_table"]
 
 
 def _matches(name: str, pattern: str | None) -> bool:
@@ -32,7 +32,7 @@ def _matches(name: str, pattern: str | None) -> bool:
     return pattern.lower() in name.lower()
 
 
-def _names_table(kind: str, pattern: str | None, title: str) -> Any:
+def names_table(kind: str, pattern: str | None, title: str) -> Any:
     rows = [
         (offer.name, offer.plugin, offer.target, offer.status)
         for offer in offers(registry(), kind)
@@ -42,7 +42,7 @@ def _names_table(kind: str, pattern: str | None, title: str) -> Any:
 
 
 def _layers_list(args: argparse.Namespace) -> int:
-    rows, listing = _names_table("layer", args.pattern, "nnx layers (and activations)")
+    rows, listing = names_table("layer", args.pattern, "nnx layers (and activations)")
     screen = console()
     screen.print(listing)
     hooks = [
@@ -93,7 +93,7 @@ def _layers_show(args: argparse.Namespace) -> int:
 
 
 def _variables_list(args: argparse.Namespace) -> int:
-    _, listing = _names_table("variable", None, "nnx Variable kinds")
+    _, listing = names_table("variable", None, "nnx Variable kinds")
     console().print(listing)
     return 0
 

@@ -12,6 +12,7 @@ import argparse
 import warnings
 from typing import Any
 
+from ..registry._discovery import RUN_PARTS
 from ..registry._errors import PluginError
 from ._output import add_command, console, fail, problem_text, registry, report, table
 
@@ -25,6 +26,7 @@ def _list(args: argparse.Namespace) -> int:
             k: sum(e.kind == k for e in record.entries)
             for k in ("layer", "variable", "section", "plugin")
         }
+        parts = sum(e.kind in RUN_PARTS for e in record.entries)
         hooks = ", ".join(e.name for e in record.entries if e.kind == "plugin") or "-"
         rows.append(
             (
@@ -33,6 +35,7 @@ def _list(args: argparse.Namespace) -> int:
                 count["layer"],
                 count["variable"],
                 count["section"],
+                parts,
                 hooks,
                 record.disabled or "enabled",
             )
@@ -43,6 +46,7 @@ def _list(args: argparse.Namespace) -> int:
         "Layers",
         "Variable kinds",
         "Config sections",
+        "Run parts",
         "Hook plugins",
         "Status",
     )

@@ -50,6 +50,7 @@ def _train(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
     """Train in this process (one of a group when ``group`` is given); the exit status."""
     from ..config._load import load_config  # (here: listing stays light)
+    from ..training._evaluation import describe_metrics  # (here: listing stays light)
     from ..training._loop import train  # (here: listing stays light)
     from ..training._mesh import parse_mesh  # (here: listing stays light)
     from ..training._run_dir import RunError  # (here: listing stays light)
@@ -89,9 +90,7 @@ def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
             f"{_what_was_trained(result)}; run directory {result.run_dir}", soft_wrap=True
         )
         console.print(f"checkpoint: {result.checkpoint}", soft_wrap=True)
-        console.print(
-            f"test accuracy: {result.test_accuracy:.2%} (test loss {result.test_loss:.4f})"
-        )
+        console.print(describe_metrics(result.metrics), soft_wrap=True)
     return 0
 
 
@@ -148,12 +147,19 @@ def _what_was_trained(result: Any) -> str:
     """What this command did, in words that stay true after a resume."""
     if result.steps_trained == 0:
         return f"nothing left to train: the run is already at step {result.step}"
+    if result.stopped_by:
+        first = result.step - result.steps_trained
+        return (
+            f"trained {result.steps_trained} steps (steps {first + 1} to {result.step}) in "
+            f"{result.seconds:.1f} s; {result.stopped_by} stopped the run"
+        )
     first = result.step - result.steps_trained
     span = f" (steps {first + 1} to {result.step})" if first else ""
     return f"trained {result.steps_trained} steps{span} in {result.seconds:.1f} s"
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from ..training._evaluation import describe_metrics  # (here: listing stays light)
     from ..training._loop import evaluate  # (here: listing stays light)
 
     try:
@@ -161,9 +167,9 @@ def _eval(args: argparse.Namespace) -> int:
     except NnxError as error:
         report(str(error))
         return 1
+    values = {k: v for k, v in metrics.items() if k not in ("step", "checkpoint")}
     print(
-        f"checkpoint {metrics['checkpoint']} (step {metrics['step']}): test accuracy "
-        f"{metrics['accuracy']:.2%} (test loss {metrics['loss']:.4f})"
+        f"checkpoint {metrics['checkpoint']} (step {metrics['step']}): {describe_metrics(values)}"
     )
     return 0
 

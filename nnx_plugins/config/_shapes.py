@@ -8,8 +8,9 @@ dtype it received and its own error (which says what it expected).
 
 The input is known from ``data=`` (`DataSpec`, e.g. from ``--input-shape``) or from a config
 section that describes the data: a registered section object with a method
-``data_spec(source: str) -> DataSpec | None`` (``source`` is the config's file name, for
-relative paths). The training ``data`` section is one; the config package does not know it.
+``data_spec(config: Config) -> DataSpec | None`` (the whole config: its ``source`` for relative
+paths, its other sections, e.g. the task that checks the output). The training ``data`` section
+is one; the config package does not know it.
 
 Example:
     >>> import jax
@@ -114,7 +115,7 @@ def _data_spec(config: Config) -> DataSpec | None:
     for section in config.sections.values():
         describe = getattr(section, "data_spec", None)
         if callable(describe):
-            found = describe(config.source)
+            found = describe(config)
             if found is not None:
                 return found
     return None

@@ -1,6 +1,7 @@
 """Reading entry points from package metadata, without importing any plugin code.
 
-Four groups are read: ``nnx.layers``, ``nnx.variables`` and ``nnx.config_sections``
+The groups read: ``nnx.layers``, ``nnx.variables``, ``nnx.config_sections`` and the run parts
+``nnx.tasks``, ``nnx.datasets``, ``nnx.metrics``, ``nnx.loggers``, ``nnx.callbacks``
 (``name = "module:attr"``), and ``nnx.plugins`` (pluggy plugin modules). The ``NNX_*`` environment switches decide which
 distributions are enabled.
 
@@ -24,6 +25,7 @@ from ._errors import PluginInfo, PluginSettingsError
 
 __all__ = [
     "GROUPS",
+    "RUN_PARTS",
     "BUILTIN_DISTRIBUTION",
     "Settings",
     "EntryRecord",
@@ -38,8 +40,15 @@ GROUPS = {
     "layer": "nnx.layers",
     "variable": "nnx.variables",
     "section": "nnx.config_sections",
+    "task": "nnx.tasks",
+    "dataset": "nnx.datasets",
+    "metric": "nnx.metrics",
+    "logger": "nnx.loggers",
+    "callback": "nnx.callbacks",
     "plugin": "nnx.plugins",
 }
+#: the kinds of name a run is made of besides its model (docs/design/runs.md)
+RUN_PARTS = ("task", "dataset", "metric", "logger", "callback")
 #: the distribution that owns unqualified names
 BUILTIN_DISTRIBUTION = "nnx-jax"
 
@@ -150,7 +159,7 @@ class Settings:
 
 @dataclasses.dataclass(frozen=True)
 class EntryRecord:
-    """One name a distribution declares: ``kind`` is ``layer``, ``variable``, ``section`` or ``plugin``."""
+    """One name a distribution declares: ``kind`` is a key of `GROUPS` (``layer``, ``task``, ...)."""
 
     kind: str
     name: str

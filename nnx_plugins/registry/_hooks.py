@@ -16,11 +16,11 @@ from ._providers import Provider, target_of
 
 __all__ = ["Registrar", "plugin_manager", "run_hook_plugin"]
 
-_HOOKS = ("nnx_register_variable_types", "nnx_register_layers")
+_HOOKS = ("nnx_register_variable_types", "nnx_register_layers", "nnx_register_run_parts")
 
 
 class Registrar:
-    """What a hook receives: collects ``add_layer`` / ``add_variable_type`` calls of one plugin.
+    """What a hook receives: collects the ``add_*`` calls of one plugin.
 
     Example:
         >>> from nnx_plugins import PluginInfo
@@ -42,6 +42,26 @@ class Registrar:
     def add_variable_type(self, name: str, cls: Any) -> None:
         """Offer a `nnx_core.Variable` subclass under ``name``."""
         self.added.append(("variable", name, cls))
+
+    def add_task(self, name: str, cls: Any) -> None:
+        """Offer a task class under ``name``."""
+        self.added.append(("task", name, cls))
+
+    def add_dataset(self, name: str, cls: Any) -> None:
+        """Offer a dataset class under ``name``."""
+        self.added.append(("dataset", name, cls))
+
+    def add_metric(self, name: str, cls: Any) -> None:
+        """Offer a `nnx_core.metrics.Metric` subclass under ``name``."""
+        self.added.append(("metric", name, cls))
+
+    def add_logger(self, name: str, cls: Any) -> None:
+        """Offer a logger class under ``name``."""
+        self.added.append(("logger", name, cls))
+
+    def add_callback(self, name: str, cls: Any) -> None:
+        """Offer a callback class under ``name``."""
+        self.added.append(("callback", name, cls))
 
 
 def plugin_manager() -> Any:

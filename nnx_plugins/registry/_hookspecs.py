@@ -1,8 +1,9 @@
 """Hook specifications of the ``nnx`` pluggy project.
 
 A plugin module listed in the ``nnx.plugins`` entry-point group implements any of these hooks
-with the `hookimpl` marker. Both hooks receive a registrar whose ``add_layer(name, obj)`` and
-``add_variable_type(name, cls)`` register names on behalf of the plugin's distribution.
+with the `hookimpl` marker. Every hook receives a registrar whose ``add_layer(name, obj)``,
+``add_variable_type(name, cls)``, ``add_task``, ``add_dataset``, ``add_metric``, ``add_logger``
+and ``add_callback`` register names on behalf of the plugin's distribution.
 
 Example:
     >>> import pluggy
@@ -23,6 +24,7 @@ __all__ = [
     "hookimpl",
     "nnx_register_layers",
     "nnx_register_variable_types",
+    "nnx_register_run_parts",
 ]
 
 PROJECT_NAME = "nnx"
@@ -44,4 +46,14 @@ def nnx_register_variable_types(registry: Any) -> None:
     """Add Variable kinds: call ``registry.add_variable_type("acme.Kind", cls)`` for each.
 
     ``cls`` must subclass `nnx_core.Variable`; it is registered in the core's name table.
+    """
+
+
+@hookspec
+def nnx_register_run_parts(registry: Any) -> None:
+    """Add run parts: ``registry.add_task("acme.Name", cls)``, and likewise ``add_dataset``,
+    ``add_metric``, ``add_logger``, ``add_callback`` (see docs/design/runs.md).
+
+    Each ``cls`` is a class whose ``__init__`` arguments are its config. Names must be
+    namespaced (``acme.name``): unqualified names belong to the built-ins.
     """

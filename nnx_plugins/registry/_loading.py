@@ -26,7 +26,9 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ._discovery import RUN_PARTS
 from ._errors import IN_PROCESS, PluginInfo, PluginLoadError
+from ._part_checks import run_part_problem
 
 __all__ = ["run_plugin_code", "load_fix", "check_object"]
 
@@ -168,9 +170,14 @@ def check_object(kind: str, name: str, obj: Any, plugin: PluginInfo) -> None:
 
     Raises:
         PluginLoadError: ``obj`` is not what ``kind`` needs (a Module subclass or activation, a
-            Variable subclass, a pydantic model), or its kind name clashes in the core table.
+            Variable subclass, a pydantic model, a run part's class), or its kind name clashes
+            in the core table.
     """
-    if kind == "layer":
+    if kind in RUN_PARTS:
+        problem = run_part_problem(kind, name, obj)
+        if problem:
+            raise _error(plugin, problem)
+    elif kind == "layer":
         _check_layer(name, obj, plugin)
     elif kind == "variable":
         import nnx_core  # (here: listing names must not import jax)

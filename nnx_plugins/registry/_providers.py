@@ -19,7 +19,16 @@ from ._errors import PluginError, PluginInfo
 __all__ = ["NOUN", "Provider", "HookPlugin", "target_of", "top_package", "same_package"]
 
 #: how messages call each kind of name
-NOUN = {"layer": "layer", "variable": "Variable kind", "section": "config section"}
+NOUN = {
+    "layer": "layer",
+    "variable": "Variable kind",
+    "section": "config section",
+    "task": "task",
+    "dataset": "dataset",
+    "metric": "metric",
+    "logger": "logger",
+    "callback": "callback",
+}
 
 
 @dataclasses.dataclass

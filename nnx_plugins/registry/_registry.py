@@ -25,6 +25,8 @@ from typing import Any
 
 from .._text import close_matches, suggest
 from ._discovery import (
+    GROUPS,
+    RUN_PARTS,
     DistributionRecord,
     EntryRecord,
     Settings,
@@ -53,7 +55,7 @@ __all__ = [
     "install_kind_resolver",
 ]
 
-_KINDS = ("layer", "variable", "section")
+_KINDS = ("layer", "variable", "section", *RUN_PARTS)
 
 
 class Registry:
@@ -93,7 +95,8 @@ class Registry:
         return tuple(self._records)
 
     def names(self, kind: str = "layer") -> list[str]:
-        """Sorted names of ``kind`` (``"layer"``, ``"variable"`` or ``"section"``) known so far."""
+        """Sorted names of ``kind`` (``"layer"``, ``"variable"``, ``"section"``, ``"task"``, ...)
+        known so far."""
         return sorted(self._providers[kind])
 
     def providers(self, kind: str, name: str) -> tuple[Provider, ...]:
@@ -177,8 +180,7 @@ class Registry:
         what = getattr(obj, "__qualname__", repr(obj))
         raise UnknownNameError(
             f"{what} is not a registered {NOUN[kind]}, so it has no name a config can use. "
-            f"Publish it through the 'nnx.{'layers' if kind == 'layer' else 'variables'}' "
-            "entry-point group or a plugin hook."
+            f"Publish it through the '{GROUPS[kind]}' entry-point group or a plugin hook."
         )
 
     def claim_kind(self, cls: type) -> str | None:

@@ -1,12 +1,15 @@
-"""Training from a config: one jitted train step, periodic evaluation, checkpoints and logs.
+"""Training from a config: the run of docs/design/runs.md.
 
-`train` builds the model from the config's ``model`` section, the optax optimizer from
-``optimizer``, reads ``data``, and runs ``train.steps`` (or ``train.epochs``) steps of
-softmax cross-entropy classification. The batch of step ``s`` is a pure function of
-``(train.seed, s)`` and every piece of state (parameters, BatchNorm statistics, Rng counts,
-optimizer moments) is checkpointed, so ``resume=True`` continues to exactly the parameters an
-uninterrupted run reaches. The run directory receives ``config.yaml`` (the resolved config),
-``metrics.jsonl``, ``metrics.png`` and ``checkpoints/step_N``.
+`train` builds the model from the config's ``model`` section (with ``train.precision``), the
+optax optimizer from ``optimizer``, the task, dataset, metrics, loggers and callbacks from their
+sections, and runs ``train.steps`` (or ``train.epochs``) steps. The batch of step ``s`` is a
+pure function of ``(train.seed, s)`` and every piece of state (parameters, BatchNorm
+statistics, Rng counts, optimizer moments, the callbacks' state and Modules) is checkpointed,
+so ``resume=True`` continues to exactly the parameters an uninterrupted run reaches. A loss
+that is not finite stops the run (`TrainingDivergedError`) naming the step and the last
+checkpoint, which is always finite. The run directory receives ``config.yaml`` (the resolved
+config), what the loggers write (``metrics.jsonl`` by default), ``metrics.png`` and
+``checkpoints/step_N``.
 
 With several processes (`jax.distributed`, e.g. inside a `ProcessGroup`), every process calls
 `train` with the same arguments: the mesh spans every process's devices, each process feeds its
@@ -36,29 +39,34 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 
 import nnx_core as nnx
 
 from .._text import os_problem
 from ..config._build import build
-from ._checkpoint import latest_checkpoint, rotate, save, step_directory
-from ._checkpoint_load import load
-from ._checkpoint_manifest import read_manifest
+from ._assembly import assemble, located_data_error
 from ._collectives import sync
 from ._config import check_data_path, load_train_config
-from ._data import Dataset, load_dataset
-from ._memory import trainable_kinds
-from ._mesh import batch_placer, make_mesh, replicate_unplaced, shard_over
-from ._metrics import MetricsLog, Progress, plot_metrics
+from ._evaluation import eval_batch_size, evaluate_model, evaluation_line
+from ._mesh import batch_placer, make_mesh
+from ._plan import Plan, call, make_plan, setup, steps_of
+from ._plot import plot_metrics
+from ._precision import model_config
 from ._preflight import preflight
+from ._progress import Progress
+from ._run import Run
 from ._run_dir import RunError, RunLock, check_new_run, choose_run_dir
+from ._run_state import check_bad_step, keep_best, save_checkpoint
+from ._run_state import resume as resume_run
+from .checkpoints._load import load
+from .checkpoints._manifest import read_manifest
+from .checkpoints._save import CheckpointError, latest_checkpoint
+from .data._base import DataError
+from .loggers._jsonl import FILE as JSONL_FILE
+from .loggers._jsonl import read_records
 
-__all__ = ["TrainResult", "train", "evaluate", "evaluate_model"]
-
-_EVAL_CHUNK = 1024
+__all__ = ["TrainResult", "train", "evaluate", "build_model"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,136 +77,40 @@ class TrainResult:
         step: the step the model is at (the last step trained, or the step it resumed at).
         steps_trained: how many steps this call trained (fewer than ``step`` after a resume,
             0 when the run had already reached its end).
-        test_accuracy, test_loss: metrics on the test split after the last step.
-        run_dir: where ``metrics.jsonl``, ``metrics.png`` and ``checkpoints/`` are.
+        metrics: every test metric after the last step (``loss``, the task's, the config's).
+        test_loss, test_accuracy: ``metrics["loss"]`` and ``metrics.get("accuracy")``.
+        run_dir: where the logs, ``metrics.png`` and ``checkpoints/`` are.
         checkpoint: the last checkpoint written (``None`` if none).
         seconds: wall time of the run, compilation included.
+        stopped_by: the callback that stopped the run early, if one did.
         model, optimizer: the trained objects.
     """
 
     step: int
     steps_trained: int
-    test_accuracy: float
-    test_loss: float
+    metrics: dict[str, float]
     run_dir: pathlib.Path
     checkpoint: pathlib.Path | None
     seconds: float
     model: Any = dataclasses.field(repr=False)
     optimizer: Any = dataclasses.field(repr=False)
+    stopped_by: str | None = None
+
+    @property
+    def test_loss(self) -> float:
+        return self.metrics["loss"]
+
+    @property
+    def test_accuracy(self) -> float | None:
+        return self.metrics.get("accuracy")
 
 
-# -- the jitted steps --------------------------------------------------------------------------
-def _steps() -> tuple[Any, Any]:
-
-    def loss_fn(model: Any, x: Any, y: Any) -> Any:
-        logits = model(x)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), logits
-
-    @nnx.jit
-    def train_step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
-        grad_fn = nnx.value_and_grad(loss_fn, has_aux=True, wrt=optimizer.wrt)
-        (loss, logits), grads = grad_fn(model, x, y)
-        optimizer.update(model, grads)
-        return loss, jnp.mean(jnp.argmax(logits, -1) == y)
-
-    @nnx.jit
-    def eval_step(model: Any, x: Any, y: Any) -> Any:
-        logits = model(x)
-        losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
-        return losses.sum(), jnp.sum(jnp.argmax(logits, -1) == y)
-
-    return train_step, eval_step
+def build_model(config: Any, *, seed: int = 0) -> Any:
+    """The model a run of ``config`` trains (``train.precision`` applied), freshly built."""
+    return build(model_config(load_train_config(config)), rngs=nnx.Rngs(seed))
 
 
-_STEPS: tuple[Any, Any] | None = None
-
-
-def _jitted() -> tuple[Any, Any]:
-    global _STEPS
-    if _STEPS is None:
-        _STEPS = _steps()
-    return _STEPS
-
-
-def evaluate_model(model: Any, data: Dataset) -> dict[str, float]:
-    """Test loss and accuracy of ``model`` (in eval mode) on ``data``'s test split."""
-    _, eval_step = _jitted()
-    model.eval()
-    total_loss, correct = 0.0, 0
-    for start in range(0, len(data.x_test), _EVAL_CHUNK):
-        x = data.x_test[start : start + _EVAL_CHUNK]
-        y = data.y_test[start : start + _EVAL_CHUNK]
-        loss, hits = eval_step(model, x, y)
-        total_loss += float(loss)
-        correct += int(hits)
-    count = max(len(data.x_test), 1)
-    return {"loss": total_loss / count, "accuracy": correct / count}
-
-
-# -- the run ---------------------------------------------------------------------------------
-@dataclasses.dataclass
-class _Plan:
-    config: Any
-    data: Dataset
-    total: int
-    eval_every: int
-    ckpt_every: int | None
-    ckpt_dir: pathlib.Path
-    run_dir: pathlib.Path
-
-
-def _plan(config: Any, run_dir: pathlib.Path) -> _Plan:
-    sections = config.sections
-    data = load_dataset(sections["data"])
-    per_epoch = data.steps_per_epoch(sections["train"].batch_size)
-    train_section = sections["train"]
-    total = train_section.steps or per_epoch * (train_section.epochs or 10)
-    ckpt_dir = run_dir / sections["checkpoint"].dir
-    return _Plan(
-        config,
-        data,
-        total,
-        train_section.eval_interval or per_epoch,
-        sections["checkpoint"].interval,
-        ckpt_dir,
-        run_dir,
-    )
-
-
-def _setup(plan: _Plan, mesh: Any) -> tuple[Any, Any]:
-
-    sections = plan.config.sections
-    model = build(plan.config, rngs=nnx.Rngs(sections["train"].seed))
-    if mesh is not None:
-        shard_over(model, mesh)
-    optimizer = nnx.Optimizer(
-        model, sections["optimizer"].make(), wrt=trainable_kinds(sections["optimizer"].trainable)
-    )
-    if mesh is not None:
-        replicate_unplaced(optimizer, mesh)
-    return model, optimizer
-
-
-def _resume(plan: _Plan, model: Any, optimizer: Any, progress: Progress) -> int:
-    latest = latest_checkpoint(plan.ckpt_dir)
-    if latest is None:
-        progress.print(f"no checkpoint in {plan.ckpt_dir}: starting from step 0")
-        return 0
-    load(latest, into=model, optimizer=optimizer)
-    manifest = read_manifest(latest)
-    step = int(manifest["step"] or 0)
-    progress.print(f"resumed from {latest} (step {step})")
-    saved = manifest.get("config") or {}
-    now = plan.config.to_dict()
-    changed = [k for k in ("model", "optimizer", "data") if k in saved and saved[k] != now.get(k)]
-    if changed:
-        progress.print(
-            f"note: the {', '.join(changed)} section(s) differ from the checkpoint's config; "
-            "the run continues with the new ones and will not match an uninterrupted run."
-        )
-    return step
-
-
+# -- the run -------------------------------------------------------------------------------------
 def train(
     config: Any,
     *,
@@ -214,7 +126,8 @@ def train(
 
     Args:
         config: a config file path, mapping or `Config` with a ``model`` section and optional
-            ``optimizer``, ``data``, ``train`` and ``checkpoint`` sections.
+            ``task``, ``data``, ``metrics``, ``optimizer``, ``train``, ``checkpoint``,
+            ``loggers`` and ``callbacks`` sections.
         run_dir: where logs, the plot and checkpoints go (default ``runs/<config name>``, or
             ``runs/<config name>-N`` when that already holds another run's checkpoints).
         resume: continue from the newest checkpoint in the run's checkpoint directory.
@@ -233,11 +146,15 @@ def train(
         A `TrainResult`.
 
     Raises:
-        ConfigError: the config is invalid, a layer cannot take its input or the output is not
-            logits for the data's classes (reported at the layer), or the run needs more
-            memory than is available and ``allow_large`` is False.
-        DataError: a data file cannot be read.
-        CheckpointError: ``resume`` found a checkpoint that does not fit.
+        ConfigError: the config is invalid; a layer cannot take its input or the output does
+            not fit the task (reported at the layer); a metric the task cannot feed; a value
+            a callback watches that the run does not report; or the run needs more memory
+            than is available and ``allow_large`` is False.
+        DataError: the data cannot be read or does not fit the task (located at ``data``).
+        CheckpointError: ``resume`` found a checkpoint that does not fit (the model, or the
+            data: e.g. another character vocabulary).
+        TrainingDivergedError: the loss became NaN or infinite (the step and the last
+            checkpoint named).
         RunError: ``run_dir`` is a file, holds checkpoints but ``resume`` is False, is used by
             another run, cannot be written (a full disk, no permission); or the ``mesh`` does
             not fit the devices (of every process) or the batch.
@@ -245,50 +162,109 @@ def train(
     started = time.perf_counter()
     config = load_train_config(config)
     check_data_path(config)
-    plan = _plan(config, choose_run_dir(config, run_dir, resume))
+    parts = assemble(config)
+    plan = make_plan(config, parts, choose_run_dir(config, run_dir, resume))
     if mesh is None and jax.process_count() > 1:  # (several processes: one data-parallel mesh)
         mesh = {"data": jax.device_count()}
     if isinstance(mesh, Mapping):
         mesh = make_mesh(mesh)
-    place = batch_placer(mesh, config.sections["train"].batch_size)
-    if not _is_main_process():  # (process 0 reports for all)
+    place = batch_placer(mesh, plan.rows)
+    plan.mesh = mesh
+    main = jax.process_index() == 0
+    if not main:  # (process 0 reports for all)
         progress, console = False, None
-    preflight(config, plan.data, allow_large=allow_large)  # (before anything is written)
-    with RunLock(plan.run_dir) if _is_main_process() else contextlib.nullcontext():
+    check = preflight(model_config(config), parts.info, parts.task, allow_large=allow_large)
+    try:
+        parts.task.check_data(parts.data, parts.info, check.output)
+    except DataError as error:
+        raise located_data_error(config, error) from None
+    plan.steps = steps_of(plan)
+    with RunLock(plan.run_dir) if main else contextlib.nullcontext():
         sync("nnx-run-directory")  # (the others wait until process 0 holds the directory)
         check_new_run(plan.run_dir, plan.ckpt_dir, resume)
-        _save_resolved_config(config, plan.run_dir)
-        model, optimizer = _setup(plan, mesh)
+        _save_resolved_config(config, plan.run_dir, main)
+        model, optimizer = setup(plan, mesh)
+        run = Run(
+            config,
+            plan.run_dir,
+            model,
+            optimizer,
+            parts.task,
+            parts.data,
+            parts.info,
+            plan.total,
+            is_main=main,
+        )
+        for callback in parts.callbacks:
+            call(callback, "start", run)
         with Progress(progress, plan.total, 0, console) as bar:
-            start = _resume(plan, model, optimizer, bar) if resume else 0
-            # (a checkpoint past stop_at or the total: nothing left to train)
+            start = resume_run(plan, run, bar) if resume else 0
+            run.step = start
+            # (a checkpoint past stop_at or the total, or a run a callback ended: nothing left)
             end = max(plan.total if stop_at is None else min(stop_at, plan.total), start)
-            log = MetricsLog(plan.run_dir / "metrics.jsonl", start, writes=_is_main_process())
-            bar.update(start, float("nan"), 0.0)
-            checkpoint = _loop(plan, (model, optimizer), (start, end), place, log, bar)
-            metrics = evaluate_model(model, plan.data)
-        logged = any(r["step"] == end and r.get("split") == "test" for r in log.records)
-        if end == plan.total and not logged:  # (a stopped run's log is an uninterrupted run's)
-            log.write({"step": end, "split": "test", **metrics})
-        if _is_main_process():
-            plot_metrics(log.records, plan.run_dir / "metrics.png")
+            if run.stopped_by is not None:
+                end = start
+            checkpoint, metrics = _session(plan, run, (start, end), place, bar)
     return TrainResult(
-        end,
-        end - start,
-        metrics["accuracy"],
-        metrics["loss"],
+        run.step,
+        run.step - start,
+        metrics,
         plan.run_dir,
         checkpoint,
         time.perf_counter() - started,
         model,
         optimizer,
+        run.stopped_by,
     )
 
 
-def _save_resolved_config(config: Any, run_dir: pathlib.Path) -> None:
+def _session(
+    plan: Plan, run: Run, span: tuple[int, int], place: Any, bar: Progress
+) -> tuple[Any, dict[str, float]]:
+    """Open the loggers, run the steps of ``span``, end the run; the last checkpoint and the
+    final test metrics."""
+    loggers = plan.parts.loggers if run.is_main else []
+    run.records = read_records(plan.run_dir / JSONL_FILE, start=span[0]) if run.is_main else []
+    for logger in loggers:
+        call(logger, "open", plan.run_dir, span[0])
+    try:
+        bar.update(span[0], float("nan"), 0.0)
+        checkpoint = _loop(plan, run, span, place, (loggers, bar))
+        run.finished = run.stopped_by is not None or run.step == plan.total
+        for callback in plan.parts.callbacks:
+            call(callback, "end", run)
+        metrics = _final(plan, run, span, loggers)
+        if run.step > span[0]:  # (the final checkpoint: after the callbacks' end)
+            checkpoint = save_checkpoint(plan, run, {"test": metrics})
+        if run.is_main:
+            main_metric = next((k for k in plan.parts.metric_objects() if k != "loss"), None)
+            plot_metrics(run.records, plan.run_dir / "metrics.png", metric=main_metric)
+    finally:
+        for logger in loggers:
+            call(logger, "close")
+    return checkpoint, metrics
+
+
+def _final(plan: Plan, run: Run, span: tuple[int, int], loggers: list[Any]) -> dict[str, float]:
+    """The final test metrics; logged when the run reached its end and they are not yet."""
+    rows = eval_batch_size(plan.parts.info, plan.config.sections["train"].batch_size)
+    metrics = evaluate_model(run.model, plan.parts, plan.steps, rows, mesh=plan.mesh)
+    logged = any(r.get("step") == run.step and r.get("split") == "test" for r in run.records)
+    if run.finished and not logged:  # (a stopped run's log is an uninterrupted run's)
+        _log(run, loggers, {"step": run.step, "split": "test", **metrics})
+    return metrics
+
+
+def _log(run: Run, loggers: list[Any], record: dict[str, Any]) -> None:
+    run.records.append(record)
+    for logger in loggers:
+        logger.write(record)
+
+
+def _save_resolved_config(config: Any, run_dir: pathlib.Path, main: bool) -> None:
     """``config.yaml`` in the run directory: the resolved config (includes, overrides and
     interpolations applied, defaults filled in); ``nnx train config.yaml`` reproduces the run."""
-    if _is_main_process():
+    if main:
         temporary = run_dir / ".config.yaml.tmp"
         try:
             temporary.write_text(config.to_yaml(), encoding="utf-8")
@@ -300,81 +276,117 @@ def _save_resolved_config(config: Any, run_dir: pathlib.Path) -> None:
             ) from error
 
 
+@dataclasses.dataclass
+class _Window:
+    """What a log line averages: the steps since the last one."""
+
+    losses: list[Any] = dataclasses.field(default_factory=list)
+    values: list[Any] = dataclasses.field(default_factory=list)
+    started: float = dataclasses.field(default_factory=time.perf_counter)
+    feeding: float = 0.0
+
+    def record(self, step: int, rows: int) -> dict[str, Any]:
+        losses, values = jax.device_get((self.losses, self.values))  # (one host sync)
+        now = time.perf_counter()
+        elapsed = max(now - self.started, 1e-9)
+        record: dict[str, Any] = {"step": step, "split": "train", "loss": float(np.mean(losses))}
+        for key in values[0] if values else ():
+            record[key] = float(np.mean([v[key] for v in values]))
+        record["examples_per_second"] = len(losses) * rows / elapsed
+        record["data_share"] = self.feeding / elapsed
+        self.losses, self.values, self.started, self.feeding = [], [], now, 0.0
+        return record
+
+
 def _loop(
-    plan: _Plan,
-    objects: tuple[Any, Any],
-    span: tuple[int, int],
-    place: Any,
-    log: MetricsLog,
-    bar: Progress,
+    plan: Plan, run: Run, span: tuple[int, int], place: Any, out: tuple[list[Any], Progress]
 ) -> pathlib.Path | None:
-    model, optimizer = objects
-    train_step, _ = _jitted()
+    loggers, bar = out
     section = plan.config.sections["train"]
-    keep = plan.config.sections["checkpoint"].keep
-    losses, accuracies = [], []
-    window_start, checkpoint = time.perf_counter(), latest_checkpoint(plan.ckpt_dir)
-    model.train()
+    checkpoint = latest_checkpoint(plan.ckpt_dir)
+    window, bad = _Window(), jax.numpy.int32(0)
+    run.model.train()
     for step in range(span[0] + 1, span[1] + 1):
-        x, y = place(*plan.data.batch(step - 1, section.batch_size, section.seed))
-        loss, accuracy = train_step(model, optimizer, x, y)
-        losses.append(loss)
-        accuracies.append(accuracy)
+        fed = time.perf_counter()
+        batch = place(plan.parts.data.batch(step - 1, plan.rows, section.seed))
+        window.feeding += time.perf_counter() - fed
+        loss, values, bad = plan.steps.train(run.model, run.optimizer, batch, bad, np.int32(step))
+        run.step = step
+        window.losses.append(loss)
+        window.values.append(values)
+        for callback in plan.parts.callbacks:
+            call(callback, "after_step", run, step)
         if step % section.log_interval == 0 or step == plan.total:
-            now = time.perf_counter()
-            mean_loss = float(np.mean([float(v) for v in losses]))
-            rate = len(losses) * section.batch_size / max(now - window_start, 1e-9)
-            log.write(
-                {
-                    "step": step,
-                    "split": "train",
-                    "loss": mean_loss,
-                    "accuracy": float(np.mean([float(v) for v in accuracies])),
-                    "examples_per_second": rate,
-                }
-            )
-            bar.update(step, mean_loss, rate)
-            losses, accuracies, window_start = [], [], now
-        if step % plan.eval_every == 0 and step != plan.total:  # (the last: by train())
-            metrics = evaluate_model(model, plan.data)
-            model.train()
-            log.write({"step": step, "split": "test", **metrics})
-            bar.print(
-                f"step {step:>6}/{plan.total}  test loss {metrics['loss']:.4f}  "
-                f"accuracy {metrics['accuracy']:.2%}"
-            )
-        if (plan.ckpt_every and step % plan.ckpt_every == 0) or step == span[1]:
-            checkpoint = step_directory(plan.ckpt_dir, step)
-            # (every process writes its part; process 0 commits, then rotates)
-            save(model, checkpoint, optimizer=optimizer, config=plan.config, step=step)
-            if _is_main_process():
-                rotate(plan.ckpt_dir, keep)
+            check_bad_step(plan, bad)
+            record = window.record(step, plan.rows)
+            _log(run, loggers, record)
+            bar.update(step, record["loss"], record["examples_per_second"])
+        if step % plan.eval_every == 0 and step != plan.total:  # (the last: by _final)
+            check_bad_step(plan, bad)
+            evaluating = time.perf_counter()
+            if _evaluate_during(plan, run, loggers, bar):
+                return _stop_early(plan, run)
+            window.started += time.perf_counter() - evaluating  # (the rate counts steps only)
+            run.model.train()
+        saved = run.saved == step  # (keep_best wrote this step's checkpoint already)
+        if plan.ckpt_every and step % plan.ckpt_every == 0 and step != span[1] and not saved:
+            check_bad_step(plan, bad)
+            checkpoint = save_checkpoint(plan, run)
+    check_bad_step(plan, bad)
     return checkpoint
 
 
-def _is_main_process() -> bool:
+def _evaluate_during(plan: Plan, run: Run, loggers: list[Any], bar: Progress) -> bool:
+    """Evaluate every model, log it, ask the callbacks; whether one stops the run."""
+    rows = eval_batch_size(plan.parts.info, plan.config.sections["train"].batch_size)
+    models = {"test": run.model}
+    for callback in plan.parts.callbacks:
+        models.update({f"test_{n}": m for n, m in (call(callback, "evaluated") or {}).items()})
+    results = {}
+    for split, model in models.items():
+        results[split] = evaluate_model(model, plan.parts, plan.steps, rows, mesh=plan.mesh)
+        _log(run, loggers, {"step": run.step, "split": split, **results[split]})
+        bar.print(evaluation_line(run.step, plan.total, split, results[split]))
+    if keep_best(plan, run, results) is not None:
+        run.saved = run.step
+    stop = False
+    for callback, name in zip(plan.parts.callbacks, plan.parts.callback_names):
+        if call(callback, "after_eval", run, run.step, results) and not stop:
+            stop, run.stopped_by = True, name
+    return stop
 
-    return jax.process_index() == 0
+
+def _stop_early(plan: Plan, run: Run) -> pathlib.Path | None:
+    """The run ends here: a callback stopped it (its final checkpoint is written by the run)."""
+    return latest_checkpoint(plan.ckpt_dir)
 
 
 def evaluate(config: Any, checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
-    """Test loss and accuracy of a checkpoint on the config's data.
+    """The test metrics of a checkpoint on the config's data.
 
     The model is built from the config's ``model`` section and filled from ``checkpoint`` (a
     checkpoint directory, or a directory of ``step_N`` checkpoints: the newest is used).
 
     Returns:
-        ``{"step": ..., "loss": ..., "accuracy": ..., "checkpoint": ...}``.
+        ``{"step": ..., "loss": ..., <the task's metrics>..., "checkpoint": ...}``.
 
     Raises:
-        CheckpointError: the checkpoint is missing, corrupt or does not fit the model.
+        CheckpointError: the checkpoint is missing, corrupt, or does not fit the model or the
+            data (e.g. another character vocabulary).
+        DataError: the data cannot be read.
     """
-
     config = load_train_config(config)
     check_data_path(config)
-    data = load_dataset(config.sections["data"])
+    parts = assemble(config)
     manifest = read_manifest(checkpoint)
-    model = build(config, rngs=nnx.Rngs(0))
+    facts = manifest.get("run") or {}
+    if "data" in facts:
+        problem = getattr(parts.data, "check_state", lambda saved: None)(facts["data"])
+        if problem:
+            raise CheckpointError(manifest["directory"], [f"data: {problem}"])
+    model = build(model_config(config), rngs=nnx.Rngs(0))
     load(manifest["directory"], into=model)
-    metrics = evaluate_model(model, data)
+    plan = Plan(config, parts, 0, 1, None, pathlib.Path(), pathlib.Path(), 1)
+    rows = eval_batch_size(parts.info, config.sections["train"].batch_size)
+    metrics = evaluate_model(model, parts, steps_of(plan), rows)
     return {"step": manifest.get("step"), **metrics, "checkpoint": manifest["directory"]}

@@ -11,24 +11,21 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import nnx_core as nnx
 
+from ._placement import place
 from ._run_dir import RunError
 
 __all__ = [
     "parse_mesh",
     "make_mesh",
-    "is_key",
-    "global_array",
-    "place",
     "shard_over",
     "replicate_unplaced",
     "batch_placer",
@@ -115,42 +112,6 @@ def _spread(devices: list[Any], needed: int, text: str) -> list[Any]:
     return [d for p in sorted(by_process) for d in by_process[p][:share]]
 
 
-def is_key(value: Any) -> bool:
-    """Whether ``value`` is an array of typed PRNG keys."""
-    return isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key)
-
-
-def global_array(shape: Sequence[int], sharding: Any, read: Callable[[Any], Any]) -> Any:
-    """One array over ``sharding`` whose block at ``index`` (a tuple of slices) is ``read(index)``.
-
-    With several processes each one calls it and reads only the blocks of its own devices.
-
-    Example:
-        >>> import jax, numpy as np
-        >>> from jax.sharding import NamedSharding, PartitionSpec
-        >>> from nnx_plugins.training._mesh import global_array, make_mesh
-        >>> host = np.arange(6.0).reshape(2, 3)
-        >>> array = global_array(host.shape, NamedSharding(make_mesh({"data": 1}), PartitionSpec()),
-        ...                      lambda index: host[index])
-        >>> array.shape, float(array.sum())
-        ((2, 3), 15.0)
-    """
-    return jax.make_array_from_callback(tuple(shape), sharding, read)
-
-
-def place(value: Any, sharding: Any) -> Any:
-    """``value`` (a host or one-device array, the same in every process) placed over ``sharding``.
-
-    Typed PRNG keys are placed as their key data and wrapped again.
-    """
-    if is_key(value):
-        data = np.asarray(jax.random.key_data(value))
-        placed = global_array(data.shape, sharding, lambda index: data[index])
-        return jax.random.wrap_key_data(placed, impl=jax.random.key_impl(value))
-    host = np.asarray(value)
-    return global_array(host.shape, sharding, lambda index: host[index])
-
-
 def shard_over(node: Any, mesh: Any) -> None:
     """Place every Variable of ``node`` on ``mesh`` by its ``sharding_names``, in place.
 
@@ -181,7 +142,7 @@ def replicate_unplaced(node: Any, mesh: Any) -> None:
 
 
 def batch_placer(mesh: Any, batch_size: int) -> Any:
-    """A function placing a global batch ``(x, y)`` over the mesh's ``data`` axis.
+    """A function placing a global batch (a dict of arrays) over the mesh's ``data`` axis.
 
     Every process computes the same global batch (a pure function of the seed and the step);
     with several processes each one transfers only the rows of its own devices.
@@ -190,7 +151,7 @@ def batch_placer(mesh: Any, batch_size: int) -> Any:
         RunError: ``batch_size`` is not divisible by the ``data`` axis.
     """
     if mesh is None:
-        return lambda x, y: (x, y)
+        return lambda batch: batch
     data_size = mesh.shape["data"]
     if batch_size % data_size:
         raise RunError(
@@ -198,6 +159,9 @@ def batch_placer(mesh: Any, batch_size: int) -> Any:
             f"axis ({data_size}) to shard each batch evenly."
         )
     sharding = NamedSharding(mesh, PartitionSpec("data"))
-    if jax.process_count() == 1:
-        return lambda x, y: (jax.device_put(x, sharding), jax.device_put(y, sharding))
-    return lambda x, y: (place(x, sharding), place(y, sharding))
+    put = (
+        (lambda a: jax.device_put(a, sharding))
+        if jax.process_count() == 1
+        else (lambda a: place(a, sharding))
+    )
+    return lambda batch: {key: put(value) for key, value in batch.items()}

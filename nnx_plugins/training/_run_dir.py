@@ -38,7 +38,7 @@ from typing import Any
 
 from .._errors import NnxError
 from .._text import os_problem
-from ._checkpoint import latest_checkpoint
+from .checkpoints._save import latest_checkpoint
 
 try:  # POSIX; elsewhere runs are not locked (documented in docs/limits.md)
     import fcntl

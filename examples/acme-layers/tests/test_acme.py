@@ -39,3 +39,92 @@ def test_negative_rank_is_reported_with_its_path(nnx_registry):
 
     with pytest.raises(ConfigError, match=r"model: building acme.GatedDense raised ValueError"):
         build({"type": "acme.GatedDense", "in_features": 4, "out_features": 3, "lora_rank": -1})
+
+
+# -- run parts: found through the pack's real entry points (and its pluggy hook) -------------
+def test_waves_dataset_conforms(nnx_registry):
+    from nnx_plugins.testing import check_dataset
+
+    data = check_dataset("acme.waves", {"examples": 64, "noise": 0.0}, batch_size=8)
+    assert data.describe().inputs.shape == (1,)
+
+
+def test_quantile_task_conforms(nnx_registry):
+    from nnx_plugins.testing import check_task
+
+    task = check_task(
+        "acme.quantile", {"quantile": 0.9}, data={"type": "acme.waves"}, output_shape=(1,)
+    )
+    assert task.quantile == 0.9
+
+
+def test_text_logger_conforms(nnx_registry, tmp_path):
+    from nnx_plugins.testing import check_logger
+
+    assert check_logger("acme.text", run_dir=tmp_path / "run") == ["log.txt"]
+    # (the resume at step 5 dropped the first run's lines: only the second run's remain)
+    assert (tmp_path / "run" / "log.txt").read_text().splitlines() == [
+        "step 10 train loss=0.5 examples_per_second=100",
+        "step 10 test loss=0.25 accuracy=0.75",
+    ]
+
+
+def test_stop_below_callback_from_the_hook_conforms(nnx_registry):
+    from nnx_plugins.testing import check_callback
+
+    assert check_callback("acme.stop_below", {"value": 0.2}).value == 0.2
+
+
+def test_a_run_made_of_the_pack_parts(nnx_registry, tmp_path):
+    from nnx_plugins import train
+
+    result = train(
+        {
+            "model": {
+                "type": "Sequential",
+                "layers": [
+                    {"type": "Linear", "in_features": 1, "out_features": 32},
+                    {"type": "acme.Swish"},
+                    {"type": "Linear", "in_features": 32, "out_features": 1},
+                ],
+            },
+            "task": {"type": "acme.quantile"},
+            "data": {"type": "acme.waves", "examples": 512},
+            "loggers": [{"type": "acme.text"}],
+            "callbacks": [{"type": "acme.stop_below", "value": 0.2}],
+            "optimizer": {"type": "adam", "learning_rate": 0.01},
+            "train": {"steps": 400, "batch_size": 32},
+        },
+        run_dir=tmp_path,
+        progress=False,
+    )
+    assert result.stopped_by == "acme.stop_below" and result.metrics["loss"] < 0.2
+    assert (
+        (tmp_path / "log.txt")
+        .read_text()
+        .splitlines()[-1]
+        .startswith(f"step {result.step} test loss=")
+    )
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (
+            lambda: __import__("acme_layers.waves").waves.Waves(examples=0),
+            r"examples and test_examples must be >= 1",
+        ),
+        (lambda: __import__("acme_layers.waves").waves.Waves(noise=-1.0), r"noise must be >= 0"),
+        (
+            lambda: __import__("acme_layers.quantile").quantile.Quantile(quantile=1.0),
+            r"quantile must be in \(0, 1\)",
+        ),
+        (
+            lambda: __import__("acme_layers.text_log").text_log.TextLog(file="../x"),
+            r"file must be a plain file name",
+        ),
+    ],
+)
+def test_the_run_parts_check_their_arguments(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()

@@ -14,7 +14,7 @@ from safetensors.numpy import load_file
 import nnx_plugins
 from nnx_plugins import read_manifest
 from nnx_plugins.cli._main import main
-from nnx_plugins.training._checkpoint import latest_checkpoint
+from nnx_plugins.training.checkpoints._save import latest_checkpoint
 
 BASE = """\
 model:
@@ -44,7 +44,12 @@ def test_a_run_saves_its_resolved_config_and_reproduces_from_it(tmp_path, monkey
     saved = yaml.safe_load((tmp_path / "first" / "config.yaml").read_text())
     assert saved["train"]["steps"] == 3 and saved["train"]["seed"] == 2
     assert saved["model"]["layers"][2]["in_features"] == 8 and "include" not in saved
-    assert saved["checkpoint"] == {"dir": "checkpoints", "interval": None, "keep": 3}
+    assert saved["checkpoint"] == {
+        "dir": "checkpoints",
+        "interval": None,
+        "keep": 3,
+        "keep_best": None,
+    }
     checkpoint, first = tensors(tmp_path / "first")
     manifest = json.loads((checkpoint / "manifest.json").read_text())
     assert manifest["config"] == saved and manifest["step"] == 3

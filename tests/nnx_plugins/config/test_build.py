@@ -69,8 +69,8 @@ def test_an_unknown_top_level_section_is_an_error_naming_the_known_ones(tmp_path
         load_config(tmp_path / "m.yaml")
     messages = [str(p) for p in info.value.problems]
     assert messages[0].endswith(
-        "m.yaml:2:1: defaults: unknown section 'defaults'. Known sections: checkpoint, data, "
-        "model, optimizer, plugins, train."
+        "m.yaml:2:1: defaults: unknown section 'defaults'. Known sections: callbacks, checkpoint, "
+        "data, loggers, metrics, model, optimizer, plugins, task, train."
     )
     assert "m.yaml:3:1: trian: unknown section 'trian'. Did you mean 'train'?" in messages[1]
 

@@ -92,6 +92,7 @@ def test_the_resolved_config_loads_back_the_same():
         "seed": 5,
         "eval_interval": None,
         "log_interval": 10,
+        "precision": "float32",
     }
 
 

@@ -22,8 +22,8 @@ import pytest
 
 from nnx_plugins import CheckpointError, train
 from nnx_plugins.cli._main import main
-from nnx_plugins.training import _checkpoint
 from nnx_plugins.training._run_dir import LOCK_NAME, RunError, RunLock
+from nnx_plugins.training.checkpoints import _save as _checkpoint
 
 SMALL = {
     "model": {"type": "Linear", "in_features": 64, "out_features": 10},

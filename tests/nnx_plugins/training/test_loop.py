@@ -13,7 +13,8 @@ import pytest
 import nnx_core as nnx
 from nnx_plugins import CheckpointError, ConfigError, evaluate, read_manifest, train
 from nnx_plugins.training import _loop
-from nnx_plugins.training._data import DataError
+from nnx_plugins.training.data._base import DataError
+from nnx_plugins.training.data._bundled import Digits
 
 # BatchNorm (BatchStats), Dropout (Rng state), Adam with a schedule (optimizer state, count).
 MLP = {
@@ -405,3 +406,225 @@ def test_resume_of_a_finished_run_trains_nothing(full_run, tmp_path):
     assert again.step == 60 and again.test_accuracy == full_run.test_accuracy
     assert again.checkpoint.name == "step_00000060"
     assert rows(tmp_path / "copy" / "metrics.jsonl") == rows(full_run.run_dir / "metrics.jsonl")
+
+
+# -- run parts: non-finite losses, the best checkpoint, other tasks ------------------------------
+POISON_STEP = 13
+
+
+@pytest.fixture
+def poisoned(nnx_registry):
+    """A dataset whose batch of step 13 (1-based) holds a NaN."""
+    from nnx_plugins import register_dataset
+    from nnx_plugins.training.data._bundled import Digits
+
+    @register_dataset("test.poisoned")
+    class Poisoned(Digits):
+        def __init__(self):
+            super().__init__(layout="flat")
+
+        def batch(self, step, batch_size, seed):
+            batch = super().batch(step, batch_size, seed)
+            if step + 1 == POISON_STEP:
+                batch["inputs"] = batch["inputs"].copy()
+                batch["inputs"][0, 0] = np.nan
+            return batch
+
+    return {
+        **MLP,
+        "data": {"type": "test.poisoned"},
+        "train": {**MLP["train"], "steps": 40},
+        "checkpoint": {"interval": 5, "keep": 2},
+    }
+
+
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_finite_checkpoint(poisoned, tmp_path):
+    from nnx_plugins import TrainingDivergedError, load
+
+    with pytest.raises(
+        TrainingDivergedError,
+        match=rf"training stopped: the loss became NaN or infinite at step {POISON_STEP}; the last checkpoint, .*step_00000010, is finite",
+    ) as info:
+        train(poisoned, run_dir=tmp_path, progress=False)
+    assert info.value.step == POISON_STEP and info.value.checkpoint.name == "step_00000010"
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert kept == ["step_00000005", "step_00000010"]
+    for name in kept:
+        model = load(tmp_path / "checkpoints" / name)
+        assert all(np.isfinite(v).all() for v in values(model).values())
+    assert max(r["step"] for r in rows(tmp_path / "metrics.jsonl")) == 10  # (no NaN logged)
+
+
+def test_the_cli_reports_a_non_finite_loss_in_one_line(poisoned, tmp_path, capsys):
+    import yaml
+
+    from nnx_plugins.cli._main import main
+
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(poisoned))
+    assert (
+        main(
+            ["train", str(tmp_path / "c.yaml"), "--run-dir", str(tmp_path / "run"), "--no-progress"]
+        )
+        == 1
+    )
+    err = capsys.readouterr().err
+    assert (
+        f"the loss became NaN or infinite at step {POISON_STEP}" in err and "Traceback" not in err
+    )
+
+
+def test_keep_best_keeps_the_best_checkpoint_beside_the_newest(tmp_path):
+    config = {
+        **MLP,
+        "checkpoint": {
+            "interval": 10,
+            "keep": 1,
+            "keep_best": {"metric": "test.loss", "mode": "max"},
+        },
+    }
+    result = train(config, run_dir=tmp_path, progress=False)
+    best = json.loads((tmp_path / "checkpoints" / "best.json").read_text())
+    tests = [r for r in rows(tmp_path / "metrics.jsonl") if r["split"] == "test"]
+    worst = max(tests, key=lambda r: r["loss"])
+    assert best["step"] == worst["step"] == 20 and best["value"] == pytest.approx(worst["loss"])
+    kept = sorted(
+        p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith("step_")
+    )
+    assert kept == ["step_00000020", result.checkpoint.name]
+    assert read_manifest(tmp_path / "checkpoints" / "step_00000020")["run"]["metrics"]["test"][
+        "loss"
+    ] == pytest.approx(worst["loss"])
+
+
+def test_labels_outside_the_model_classes_are_named_before_training(tmp_path):
+    np.savez(
+        tmp_path / "d.npz",
+        x=np.ones((40, 64)),
+        y=np.r_[np.zeros(30, int), [3, 10], np.zeros(8, int)],
+    )
+    config = {**MLP, "data": {"type": "npz", "path": str(tmp_path / "d.npz")}}
+    with pytest.raises(
+        DataError,
+        match=r"data: d\.npz: label y\[31\] is 10, outside the model's 10 classes \(0 to 9\)",
+    ):
+        train(config, run_dir=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_regression_end_to_end_by_the_cli(tmp_path, capsys):
+    from nnx_plugins.cli._main import main
+
+    (tmp_path / "r.yaml").write_text(
+        textwrap.dedent("""\
+        model:
+          type: Sequential
+          layers:
+            - {type: Linear, in_features: 10, out_features: 16}
+            - {type: relu}
+            - {type: Linear, in_features: 16, out_features: 1}
+        task: {type: regression}
+        data: {type: diabetes}
+        optimizer: {type: adam, learning_rate: 0.05}
+        train: {steps: 150, batch_size: 32}
+        """)
+    )
+    assert (
+        main(
+            ["train", str(tmp_path / "r.yaml"), "--run-dir", str(tmp_path / "run"), "--no-progress"]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    r2 = float(out.strip().splitlines()[-1].split(" r2 ")[1])
+    assert "test loss" in out and " mse " in out and " mae " in out and 0.2 < r2 < 1
+    assert (
+        main(
+            [
+                "eval",
+                str(tmp_path / "r.yaml"),
+                "--checkpoint",
+                str(tmp_path / "run" / "checkpoints"),
+            ]
+        )
+        == 0
+    )
+    assert f" r2 {r2:.5g}" in capsys.readouterr().out
+
+
+TEXT_MODEL = {
+    "type": "Sequential",
+    "layers": [
+        {"type": "Embed", "num_embeddings": 40, "features": 16},
+        {"type": "Linear", "in_features": 16, "out_features": 40},
+    ],
+}
+
+
+def test_a_language_model_trains_and_its_vocabulary_is_held_to(tmp_path):
+    (tmp_path / "a.txt").write_text("the cat sat on the mat. " * 80)
+    config = {
+        "model": TEXT_MODEL,
+        "task": {"type": "language_model"},
+        "data": {
+            "type": "text",
+            "path": str(tmp_path / "a.txt"),
+            "seq_len": 16,
+            "level": "characters",
+        },
+        "optimizer": {"type": "adam", "learning_rate": 0.05},
+        "train": {"steps": 40, "batch_size": 8},
+    }
+    result = train(config, run_dir=tmp_path / "run", progress=False)
+    assert set(result.metrics) == {"loss", "perplexity", "bits_per_token", "accuracy"}
+    assert result.metrics["bits_per_token"] < 2.0  # (a repeated sentence of 10 characters)
+    vocabulary = read_manifest(result.checkpoint)["run"]["data"]["vocabulary"]
+    assert vocabulary == "".join(sorted(set("the cat sat on the mat. ")))
+    (tmp_path / "a.txt").write_text("the dog sat on the log! " * 80)  # (other characters)
+    with pytest.raises(
+        CheckpointError,
+        match=r"data: the checkpoint's character vocabulary \(11 characters\) differs from this text's \(12\): new characters '!dgl', missing characters '\.cm'",
+    ):
+        evaluate(config, result.checkpoint)
+    more = {**config, "train": {**config["train"], "steps": 60}}
+    with pytest.raises(CheckpointError, match=r"differs from this text's"):
+        train(more, run_dir=tmp_path / "run", progress=False, resume=True)
+
+
+def test_a_non_finite_state_is_never_checkpointed(nnx_registry, tmp_path):
+    from nnx_plugins import Callback, TrainingDivergedError, register_callback
+
+    @register_callback("test.spoil")
+    class Spoil(Callback):
+        def after_step(self, run, step):
+            if step == 7:  # (the running mean only: the loss stays finite in training mode)
+                run.model.layers[1].mean.value = run.model.layers[1].mean.value * np.nan
+
+    config = {**MLP, "callbacks": ["test.spoil"], "checkpoint": {"interval": 5, "keep": 3}}
+    with pytest.raises(
+        TrainingDivergedError,
+        match=r"the weights or optimizer state hold NaN or infinite values at step 10; the last checkpoint, .*step_00000005, is finite",
+    ):
+        train(config, run_dir=tmp_path, progress=False)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_00000005"]
+
+
+def test_a_dataset_without_epochs_needs_train_steps(nnx_registry, tmp_path):
+    from nnx_plugins import register_dataset
+    from nnx_plugins.training.data._base import Dataset
+
+    @register_dataset("test.endless")
+    class Endless(Dataset):
+        def describe(self):
+            return Digits(layout="flat").describe()
+
+        def batch(self, step, batch_size, seed):
+            return Digits(layout="flat").batch(step, batch_size, seed)
+
+        def test_batches(self, batch_size):
+            return Digits(layout="flat").test_batches(batch_size)
+
+    config = {**MLP, "data": {"type": "test.endless"}, "train": {"batch_size": 32}}
+    with pytest.raises(ConfigError, match=r"train: Endless has no epochs: give train\.steps"):
+        train(config, run_dir=tmp_path, progress=False)
+    config["train"] = {"batch_size": 32, "steps": 10}
+    assert train(config, run_dir=tmp_path, progress=False).step == 10

@@ -25,9 +25,9 @@ import nnx_core as nnx
 import nnx_plugins
 from nnx_plugins import load, read_manifest, train
 from nnx_plugins.cli._main import build_parser
-from nnx_plugins.training._checkpoint import latest_checkpoint, list_checkpoints
 from nnx_plugins.training._processes import ProcessGroup
 from nnx_plugins.training._run_dir import RunError
+from nnx_plugins.training.checkpoints._save import latest_checkpoint, list_checkpoints
 
 # examples/digits_mlp.yaml, smaller. The first Linear has no bias: a bias right before BatchNorm
 # gets no gradient, and Adam turns its float noise into full-size steps that differ between
@@ -331,7 +331,7 @@ def test_an_error_in_one_process_stops_the_others_naming_it(tmp_path):
 
 FAIL_SECOND_WRITE_IN_PROCESS_1 = textwrap.dedent("""
     import errno, os, sys
-    from nnx_plugins.training import _checkpoint
+    from nnx_plugins.training.checkpoints import _save as _checkpoint
     from nnx_plugins.cli._main import main
 
     if sys.argv[sys.argv.index("--process-id") + 1] == "1":

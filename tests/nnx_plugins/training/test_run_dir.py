@@ -7,9 +7,9 @@ import pathlib
 import pytest
 
 import nnx_plugins
-from nnx_plugins.training._checkpoint import step_directory
 from nnx_plugins.training._config import load_train_config
 from nnx_plugins.training._run_dir import LOCK_NAME, RunError, choose_run_dir
+from nnx_plugins.training.checkpoints._save import step_directory
 
 CONFIG = {"model": {"type": "Linear", "in_features": 2, "out_features": 2}}
 

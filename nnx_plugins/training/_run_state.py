@@ -1,0 +1,164 @@
+"""What a run keeps across a stop: resuming from a checkpoint (model, optimizer, the callbacks'
+Modules and state, the data's state checked), writing checkpoints (never a non-finite state),
+the best checkpoint, and the error of a run whose loss stopped being finite.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import jax
+import numpy as np
+
+from .._errors import NnxError
+from ._assembly import Parts
+from ._plan import Plan, call
+from ._progress import Progress
+from ._run import Run
+from ._steps import all_finite
+from .checkpoints._best import improves, read_best, write_best
+from .checkpoints._load import load
+from .checkpoints._manifest import read_manifest
+from .checkpoints._save import CheckpointError, latest_checkpoint, rotate, save, step_directory
+
+__all__ = ["TrainingDivergedError", "resume", "save_checkpoint", "keep_best", "check_bad_step"]
+
+
+class TrainingDivergedError(NnxError):
+    """The loss (or the state to checkpoint) became NaN or infinite; ``.step`` is the first
+    step where it did and ``.checkpoint`` the last (finite) checkpoint, if any."""
+
+    def __init__(self, message: str, *, step: int, checkpoint: pathlib.Path | None):
+        super().__init__(message)
+        self.step, self.checkpoint = step, checkpoint
+
+
+def resume(plan: Plan, run: Run, bar: Progress) -> int:
+    latest = latest_checkpoint(plan.ckpt_dir)
+    if latest is None:
+        bar.print(f"no checkpoint in {plan.ckpt_dir}: starting from step 0")
+        return 0
+    manifest = read_manifest(latest)
+    facts = manifest.get("run") or {}
+    if "data" in facts:
+        problem = getattr(plan.parts.data, "check_state", lambda saved: None)(facts["data"])
+        if problem:
+            raise CheckpointError(latest, [f"data: {problem}"])
+    nodes = {name: node for cb in plan.parts.callbacks for name, node in _nodes(cb).items()}
+    held = {name for name in nodes if any(k.startswith(name + "/") for k in manifest["entries"])}
+    for name in sorted(set(nodes) - held):
+        bar.print(f"note: {latest} has no {name} state; it starts from the current weights.")
+    load(latest, into=run.model, optimizer=run.optimizer, extra={n: nodes[n] for n in held})
+    _restore_callbacks(plan.parts, facts.get("callbacks"))
+    step = int(manifest["step"] or 0)
+    run.stopped_by = facts.get("stopped_by")
+    bar.print(f"resumed from {latest} (step {step})")
+    saved, now = manifest.get("config") or {}, plan.config.to_dict()
+    changed = [
+        k for k in ("model", "optimizer", "data", "task") if k in saved and saved[k] != now.get(k)
+    ]
+    if changed:
+        bar.print(
+            f"note: the {', '.join(changed)} section(s) differ from the checkpoint's config; "
+            "the run continues with the new ones and will not match an uninterrupted run."
+        )
+    return step
+
+
+def _nodes(callback: Any) -> dict[str, Any]:
+    method = getattr(callback, "nodes", None)
+    return dict(method()) if callable(method) else {}
+
+
+def _callback_states(parts: Parts) -> list[dict[str, Any]]:
+    return [
+        {"type": name, "state": call(callback, "state") or {}}
+        for callback, name in zip(parts.callbacks, parts.callback_names)
+    ]
+
+
+def _restore_callbacks(parts: Parts, saved: Any) -> None:
+    """Each callback's saved state, matched by position and registered name."""
+    records = saved if isinstance(saved, list) else []
+    for callback, name, record in zip(parts.callbacks, parts.callback_names, records):
+        if isinstance(record, dict) and record.get("type") == name:
+            call(callback, "restore", record.get("state") or {})
+
+
+def _diverged(plan: Plan, step: int, what: str) -> TrainingDivergedError:
+    last = latest_checkpoint(plan.ckpt_dir)
+    where = (
+        f"the last checkpoint, {last}, is finite: continue from it with --resume"
+        if last
+        else "no checkpoint was written"
+    )
+    return TrainingDivergedError(
+        f"training stopped: {what} at step {step}; {where} after lowering the learning rate "
+        "(optimizer.learning_rate), adding clip_grad_norm, or fixing the data.",
+        step=step,
+        checkpoint=last,
+    )
+
+
+def check_bad_step(plan: Plan, bad: Any) -> None:
+    step = int(bad)  # (a host sync: only where the loop syncs anyway)
+    if step:
+        raise _diverged(plan, step, "the loss became NaN or infinite")
+
+
+def save_checkpoint(plan: Plan, run: Run, metrics: dict[str, Any] | None = None) -> pathlib.Path:
+    step = run.step
+    if not all_finite(run.model, run.optimizer):
+        raise _diverged(plan, step, "the weights or optimizer state hold NaN or infinite values")
+    directory = step_directory(plan.ckpt_dir, step)
+    facts = {
+        "data": getattr(plan.parts.data, "state", dict)(),
+        "callbacks": _callback_states(plan.parts),
+        "stopped_by": run.stopped_by,
+        "metrics": metrics or {},
+    }
+    extra = {name: node for cb in plan.parts.callbacks for name, node in _nodes(cb).items()}
+    # (every process writes its part; process 0 commits, then rotates)
+    save(
+        run.model,
+        directory,
+        optimizer=run.optimizer,
+        config=plan.config,
+        step=step,
+        extra=extra,
+        run=facts,
+    )
+    if run.is_main:
+        best = read_best(plan.ckpt_dir)
+        protect = [plan.ckpt_dir / best["directory"]] if best else []
+        rotate(plan.ckpt_dir, plan.config.sections["checkpoint"].keep, protect=protect)
+    return directory
+
+
+def keep_best(plan: Plan, run: Run, results: dict[str, dict[str, float]]) -> pathlib.Path | None:
+    rule = plan.config.sections["checkpoint"].keep_best
+    if rule is None:
+        return None
+    split, _, key = rule.metric.partition(".")
+    value = results[split][key]
+    best = read_best(plan.ckpt_dir) if run.is_main else None
+    if run.is_main and not improves(value, best["value"] if best else None, rule.mode):
+        value = float("nan")  # (not better: no checkpoint)
+    value = float(_shared(value))
+    if value != value:
+        return None
+    directory = save_checkpoint(plan, run, {split: results[split]})
+    if run.is_main:
+        write_best(plan.ckpt_dir, step=run.step, metric=rule.metric, mode=rule.mode, value=value)
+        rotate(plan.ckpt_dir, plan.config.sections["checkpoint"].keep, protect=[directory])
+    return directory
+
+
+def _shared(value: float) -> float:
+    """Process 0's ``value`` in every process."""
+    if jax.process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils  # (here: one process never needs it)
+
+    return float(multihost_utils.broadcast_one_to_all(np.float64(value)))

@@ -1,0 +1,1 @@
+"""Checkpoints: writing (one or many processes), reading, rotating and keeping the best."""

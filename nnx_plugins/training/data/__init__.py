@@ -1,0 +1,1 @@
+"""Datasets of a run: the interface, in-memory arrays, bounded file reading, the built-in sets."""

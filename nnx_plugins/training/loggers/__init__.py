@@ -1,0 +1,1 @@
+"""Loggers of a run: where its records go (metrics.jsonl, metrics.csv, TensorBoard)."""

@@ -1,0 +1,74 @@
+"""The ``csv`` logger: ``metrics.csv``, one row per reported value (``step,split,name,value``).
+
+A long table, so every split and metric fits one header whatever the task reports; a
+spreadsheet or ``pandas.read_csv(...).pivot_table(index="step", columns=["split", "name"])``
+makes it wide. On a resume the rows after the checkpoint's step are dropped.
+
+Example:
+    >>> import pathlib, tempfile
+    >>> from nnx_plugins.training.loggers._csv import CsvLogger
+    >>> run_dir = pathlib.Path(tempfile.mkdtemp())
+    >>> logger = CsvLogger()
+    >>> logger.open(run_dir, 0)
+    >>> logger.write({"step": 10, "split": "test", "loss": 0.25, "accuracy": 0.9})
+    >>> print((run_dir / "metrics.csv").read_text(), end="")
+    step,split,name,value
+    10,test,loss,0.25
+    10,test,accuracy,0.9
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import pathlib
+from typing import Any
+
+from ._base import Logger, replace_file, reported
+
+__all__ = ["CsvLogger"]
+
+_HEADER = ["step", "split", "name", "value"]
+
+
+def _lines(rows: list[list[Any]]) -> list[str]:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    return buffer.getvalue().splitlines(keepends=True)
+
+
+class CsvLogger(Logger):
+    """``metrics.csv`` in the run directory (see the module docstring).
+
+    Args:
+        file: the file name, inside the run directory.
+    """
+
+    def __init__(self, *, file: str = "metrics.csv"):
+        if not file or "/" in file or file in (".", ".."):
+            raise ValueError(
+                f"file must be a plain file name inside the run directory, got {file!r}."
+            )
+        self.file = file
+        self.path: pathlib.Path | None = None
+
+    def open(self, run_dir: pathlib.Path, start: int) -> None:
+        self.path = run_dir / self.file
+        kept: list[list[Any]] = []
+        if start > 0 and self.path.exists():
+            with reported(self.path), open(self.path, encoding="utf-8", newline="") as handle:
+                for row in csv.reader(handle):
+                    if len(row) == 4 and row[0].isdigit() and int(row[0]) <= start:
+                        kept.append(row)
+        replace_file(self.path, _lines([_HEADER, *kept]))
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.path is None:
+            raise RuntimeError("CsvLogger.write before open().")
+        rows = [
+            [record["step"], record.get("split", ""), key, value]
+            for key, value in record.items()
+            if key not in ("step", "split")
+        ]
+        with reported(self.path), open(self.path, "a", encoding="utf-8", newline="") as handle:
+            handle.writelines(_lines(rows))

@@ -1,0 +1,1 @@
+"""Tasks of a run: what the model is asked (its loss) and what is reported about it."""
