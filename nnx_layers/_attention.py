@@ -434,13 +434,15 @@ class MultiHeadAttention(Module):
             )
         index = self.cache_index.value
         past = _past_the_end(index, max_length)
+        value = value.astype(cache.dtype)
+        if past is not None:  # traced: a step past the end yields NaN, not stale values
+            # (its value lands where dynamic_update_slice clamps it, the last position, which
+            # every later step attends to; poisoning the step, not the cache, keeps the cache
+            # update in place: a whole-cache select per step doubled a decoding step's time)
+            value = jnp.where(past, jnp.full_like(value, jnp.nan), value)
         start = (0,) * len(batch) + (index, 0, 0)
         key = jax.lax.dynamic_update_slice(cache, key.astype(cache.dtype), start)
-        value = jax.lax.dynamic_update_slice(
-            self.cached_value.value, value.astype(cache.dtype), start
-        )
-        if past is not None:  # traced: a step past the end yields NaN, not stale values
-            value = jnp.where(past, jnp.full_like(value, jnp.nan), value)
+        value = jax.lax.dynamic_update_slice(self.cached_value.value, value, start)
         self.cached_key.value = key
         self.cached_value.value = value
         self.cache_index.value = index + 1

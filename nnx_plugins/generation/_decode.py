@@ -29,7 +29,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
 from numbers import Integral, Real
 from typing import Any
 
@@ -229,30 +229,30 @@ def decode(
     work = nnx.clone(model)
     start_decoding(work, prompt.shape[0], total)
     graphdef, params, rest = nnx.split(work, nnx.Param, ...)
-    run = _cached_run(graphdef, prompt.shape, max_tokens, float(temperature), top_k)
-    return run(params, rest, prompt, jax.random.key(seed))
+    options = dict(new=max_tokens, temperature=float(temperature), top_k=top_k)
+    return _cached(params, rest, prompt, jax.random.key(seed), graphdef=graphdef, **options)
 
 
-def _cached_run(
-    graphdef: Any, shape: tuple[int, int], new: int, temperature: float, top_k: Any
-) -> Callable[..., jax.Array]:
-    batch, length = shape
+_STATIC = ("graphdef", "new", "temperature", "top_k")
 
-    @jax.jit
-    def run(params: Any, rest: Any, prompt: jax.Array, key: jax.Array) -> jax.Array:
-        def step(carry: Any, t: jax.Array) -> Any:
-            rest, previous = carry
-            token = jnp.where(t < length, prompt[:, jnp.minimum(t, length - 1)], previous)
-            model = nnx.merge(graphdef, params, rest)
-            logits = _logits_of_last(model(token[:, None]), batch)
-            drawn = sample(logits, jax.random.fold_in(key, t), temperature=temperature, top_k=top_k)
-            return (nnx.state(model, nnx.Not(nnx.Param)), drawn), drawn
 
-        start = (rest, jnp.zeros((batch,), jnp.int32))
-        _, drawn = jax.lax.scan(step, start, jnp.arange(length + new - 1))
-        return drawn[length - 1 :].T
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _cached(params: Any, rest: Any, prompt: jax.Array, key: jax.Array, **static: Any) -> jax.Array:
+    """`decode`'s compiled loop: one position per step, the non-Param state carried."""
+    graphdef, new = static["graphdef"], static["new"]
+    draw = functools.partial(sample, temperature=static["temperature"], top_k=static["top_k"])
+    batch, length = prompt.shape
 
-    return run
+    def step(carry: Any, t: jax.Array) -> Any:
+        rest, previous = carry
+        token = jnp.where(t < length, prompt[:, jnp.minimum(t, length - 1)], previous)
+        model = nnx.merge(graphdef, params, rest)
+        drawn = draw(_logits_of_last(model(token[:, None]), batch), jax.random.fold_in(key, t))
+        return (nnx.state(model, nnx.Not(nnx.Param)), drawn), drawn
+
+    start = (rest, jnp.zeros((batch,), jnp.int32))
+    _, drawn = jax.lax.scan(step, start, jnp.arange(length + new - 1))
+    return drawn[length - 1 :].T
 
 
 def decode_by_recomputation(
@@ -285,26 +285,27 @@ def decode_by_recomputation(
         GenerationError: as `decode` (but a model need not decode from a cache).
     """
     prompt = _check_arguments(prompt, max_tokens, temperature, top_k)
-    total = _check_length(model, prompt, max_tokens)
+    _check_length(model, prompt, max_tokens)
     work = nnx.clone(model)
     work.eval()
     graphdef, state = nnx.split(work)
+    options = dict(new=max_tokens, temperature=float(temperature), top_k=top_k)
+    return _recomputed(state, prompt, jax.random.key(seed), graphdef=graphdef, **options)
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _recomputed(state: Any, prompt: jax.Array, key: jax.Array, **static: Any) -> jax.Array:
+    """`decode_by_recomputation`'s compiled loop: the whole buffer through the model per step."""
+    model = nnx.merge(static["graphdef"], state)
+    draw = functools.partial(sample, temperature=static["temperature"], top_k=static["top_k"])
     batch, length = prompt.shape
+    total = length + static["new"]
 
-    @jax.jit
-    def run(state: Any, prompt: jax.Array, key: jax.Array) -> jax.Array:
-        model = nnx.merge(graphdef, state)
+    def step(ids: jax.Array, t: jax.Array) -> Any:
+        window = jax.lax.dynamic_slice_in_dim(model(ids), t, 1, axis=1)
+        drawn = draw(_logits_of_last(window, batch), jax.random.fold_in(key, t))
+        return jax.lax.dynamic_update_slice_in_dim(ids, drawn[:, None], t + 1, axis=1), drawn
 
-        def step(ids: jax.Array, t: jax.Array) -> Any:
-            window = jax.lax.dynamic_slice_in_dim(model(ids), t, 1, axis=1)
-            logits = _logits_of_last(window, batch)
-            drawn = sample(
-                logits, jax.random.fold_in(key, t), temperature=float(temperature), top_k=top_k
-            )
-            return jax.lax.dynamic_update_slice_in_dim(ids, drawn[:, None], t + 1, axis=1), drawn
-
-        ids = jnp.zeros((batch, total), jnp.int32).at[:, :length].set(prompt)
-        _, drawn = jax.lax.scan(step, ids, jnp.arange(length - 1, total - 1))
-        return drawn.T
-
-    return run(state, prompt, jax.random.key(seed))
+    ids = jnp.zeros((batch, total), jnp.int32).at[:, :length].set(prompt)
+    _, drawn = jax.lax.scan(step, ids, jnp.arange(length - 1, total - 1))
+    return drawn.T

@@ -448,3 +448,14 @@ def test_decode_past_the_end_under_jit_returns_nan_until_init_cache():
     assert np.isnan(step(layer, jnp.ones((B, 1, F)))).all()
     layer.init_cache((B, 1, F))
     assert np.isfinite(step(layer, jnp.ones((B, 1, F)))).all()
+
+
+def test_decode_past_the_end_under_jit_is_nan_even_where_a_mask_hides_the_last_position():
+    layer = MultiHeadAttention(2, F, decode=True, rngs=nnx.Rngs(0))
+    layer.init_cache((B, 3, F))
+    step = nnx.jit(lambda model, x, mask: model(x, mask=mask))
+    first_only = jnp.zeros((B, 1, 1, 3), bool).at[..., 0].set(True)
+    for _ in range(3):
+        assert np.isfinite(step(layer, jnp.ones((B, 1, F)), first_only)).all()
+    for _ in range(2):
+        assert np.isnan(step(layer, jnp.ones((B, 1, F)), first_only)).all()
