@@ -66,12 +66,18 @@ def model_max_length(model: Any) -> int | None:
         >>> model_max_length(Sequential(PositionEmbed(64, 4, rngs=nnx.Rngs(0)), PositionEmbed(32, 4, rngs=nnx.Rngs(0))))
         32
     """
-    lengths = [
-        module.max_length
-        for _, module in model.iter_modules()
+    found = _length_limit(model)
+    return None if found is None else found[0]
+
+
+def _length_limit(model: Any) -> tuple[int, str] | None:
+    """``(max_length, where)`` of the layer that limits ``model``'s length, if any."""
+    limits = [
+        (module.max_length, f"{type(module).__name__} at {_where(path)}")
+        for path, module in model.iter_modules()
         if isinstance(getattr(module, "max_length", None), int)
     ]
-    return min(lengths) if lengths else None
+    return min(limits, key=lambda limit: limit[0]) if limits else None
 
 
 def _where(path: tuple[Any, ...]) -> str:
@@ -170,14 +176,15 @@ def _check_arguments(prompt: Any, max_tokens: Any, temperature: Any, top_k: Any)
 
 
 def _check_length(model: Any, prompt: jax.Array, max_tokens: int) -> int:
-    total = prompt.shape[1] + max_tokens
-    limit = model_max_length(model)
-    if limit is not None and total > limit:
+    length = prompt.shape[1]
+    total = length + max_tokens
+    limit = _length_limit(model)
+    if limit is not None and total > limit[0]:
         raise GenerationError(
-            f"a prompt of {prompt.shape[1]} tokens and max_tokens={max_tokens} make "
-            f"{total} tokens, past the model's maximum length of {limit} (its max_length). "
-            f"Ask for at most {max(limit - prompt.shape[1], 0)} new tokens, or shorten the "
-            f"prompt."
+            f"a prompt of {length} token{'s' * (length != 1)} and max_tokens={max_tokens} make "
+            f"{total} tokens, past the model's maximum length of {limit[0]} (the max_length of "
+            f"its {limit[1]}). Ask for at most {max(limit[0] - length, 0)} new tokens, or "
+            f"shorten the prompt."
         )
     return total
 

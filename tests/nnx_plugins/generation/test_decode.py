@@ -147,7 +147,8 @@ def test_model_max_length():
             PROMPT,
             {"max_tokens": LENGTH - 4},
             r"a prompt of 5 tokens and max_tokens=20 make 25 tokens, past the model's maximum "
-            r"length of 24 \(its max_length\). Ask for at most 19 new tokens",
+            r"length of 24 \(the max_length of its PositionEmbed at model.layers\[1\]\). Ask "
+            r"for at most 19 new tokens",
         ),
     ],
 )
