@@ -132,8 +132,10 @@ def report(samples: dict[str, list[tuple[float, float]]], config: Any, data: Any
     tokens = section.batch_size * int(np.prod(data.describe().inputs.shape))
     per_step = {k: statistics.median(s for s, _ in v) for k, v in samples.items()}
     share = {k: statistics.median(d for _, d in v) for k, v in samples.items()}
+    count = len(samples[OURS])
     print(
-        f"\nsteady state, medians over {len(samples[OURS])} windows of {section.log_interval} steps"
+        f"\nsteady state, medians over {count} window{'s' * (count != 1)} of "
+        f"{section.log_interval} steps"
     )
     print("| loop | ms / step (min) | x plain | data feeding share | tokens/s |")
     print("|---|---|---|---|---|")
