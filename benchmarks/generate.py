@@ -1,7 +1,7 @@
 """Generation speed: decoding with the KV cache against full recomputation, tokens per second.
 
-Run: python benchmarks/generate.py [--config examples/text_gpt.yaml] [--new 256] [--prompt 16]
-         [--batch 1 8] [--rounds 3]
+Run: python benchmarks/generate.py [--config examples/text_gpt.yaml] [--new 64 256]
+         [--prompt 16] [--batch 1 8] [--rounds 3]
 
 The model is the config's (random weights: speed does not depend on them), its position table
 widened to ``prompt + new`` positions when it is shorter. Both paths are
@@ -13,8 +13,11 @@ widened to ``prompt + new`` positions when it is shorter. Both paths are
 
 Per new token the recomputation does ``T`` positions' work where the cache does one (the
 attention too: ``T`` queries against ``T`` keys, against one query against ``T`` cached keys),
-so the predicted speed-up is ``T``. The greedy tokens of both are checked equal first. Timings
-are medians over rounds (the two paths taking turns), compilation excluded and reported apart.
+so the predicted speed-up is ``T``. What it reaches depends on how a one-position step uses the
+machine against a ``T``-position pass: the last column gives a cached step's time over the time
+of one position of a full pass (``T * cached / recomputed``), so speed-up = ``T`` / that. The
+greedy tokens of both are checked equal first. Timings are medians over rounds (the two paths
+taking turns), compilation excluded (the first call is reported apart).
 """
 
 from __future__ import annotations
@@ -85,46 +88,51 @@ def measure(model: Any, batch: int, prompt: int, new: int, rounds: int) -> dict[
         for name in order:
             samples[name].append(timed(calls[name]))
     steady = {name: statistics.median(v) for name, v in samples.items()}
-    return {"first": first, "steady": steady, "batch": batch}
+    return {"first": first, "steady": steady, "batch": batch, "prompt": prompt, "new": new}
 
 
-def report(results: list[dict[str, Any]], prompt: int, new: int) -> None:
-    total = prompt + new
-    print(f"\n{new} new tokens after a {prompt}-token prompt (T = {total} positions)")
+def report(results: list[dict[str, Any]]) -> None:
+    """One row per batch size and length: tokens/s of both paths, the speed-up, the predicted
+    one, and what a cached step costs against one position of a full pass."""
     print(
-        "| batch | path | tokens/s | ms per token | first call s (compile + run) "
-        "| speed-up | predicted (T) |"
+        "\n| batch | new tokens (T) | KV cache tokens/s | recomputation tokens/s | speed-up "
+        "| predicted (T) | cached step / one position of a full pass | first call s, cached "
+        "/ recomputed |"
     )
-    print("|---|---|---|---|---|---|---|")
-    for result in results:
-        batch, steady = result["batch"], result["steady"]
-        cached, full = steady["KV cache (decode)"], steady["full recomputation"]
-        for name, seconds in steady.items():
-            speedup = f"{full / cached:.1f}x" if name.startswith("KV") else "1.0x"
-            print(
-                f"| {batch} | {name} | {batch * new / seconds:,.0f} | "
-                f"{seconds / new * 1e3:.2f} | {result['first'][name]:.1f} | {speedup} | "
-                f"{total if name.startswith('KV') else 1}x |"
-            )
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        batch, new, total = r["batch"], r["new"], r["prompt"] + r["new"]
+        cached, full = (r["steady"][name] for name in PATHS)
+        first = " / ".join(f"{r['first'][name]:.1f}" for name in PATHS)
+        print(
+            f"| {batch} | {new} ({total}) | {batch * new / cached:,.0f} | "
+            f"{batch * new / full:,.0f} | {full / cached:.1f}x | {total}x | "
+            f"{total * cached / full:.1f}x | {first} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default="examples/text_gpt.yaml")
-    p.add_argument("--new", type=int, default=256, help="new tokens per generation")
+    p.add_argument("--new", type=int, nargs="+", default=[64, 256], help="new tokens")
     p.add_argument("--prompt", type=int, default=16, help="prompt tokens")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     a = p.parse_args(argv)
-    model = make_model(a.config, a.prompt + a.new, a.overrides)
+    model = make_model(a.config, a.prompt + max(a.new), a.overrides)
     print(
         f"jax {jax.__version__}, {jax.devices()[0].platform}; {a.config} "
         f"(max_length {model_max_length(model)}); load average {os.getloadavg()[0]:.2f}",
         flush=True,
     )
-    results = [measure(model, b, a.prompt, a.new, a.rounds) for b in a.batch]
-    report(results, a.prompt, a.new)
+    print(f"greedy decoding after a {a.prompt}-token prompt; T = prompt + new tokens")
+    results = []
+    for b in a.batch:
+        for new in a.new:
+            results.append(measure(model, b, a.prompt, new, a.rounds))
+            print(f"  batch {b}, {new} new tokens: done", flush=True)
+    report(results)
     print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
 
 

@@ -24,9 +24,9 @@ def test_widens_the_position_table_and_both_paths_agree(tiny, capsys):
     assert model.layers[1].max_length == 10
     result = generate.measure(model, batch=2, prompt=3, new=7, rounds=1)
     assert set(result["steady"]) == set(generate.PATHS)
-    generate.report([result], prompt=3, new=7)
+    generate.report([result])
     table = capsys.readouterr().out
-    assert "| 2 | KV cache (decode) |" in table and "| 10x |" in table
+    assert "| 2 | 7 (10) |" in table and "| 10x |" in table
 
 
 def test_tokens_that_differ_stop_the_benchmark(tiny, monkeypatch):
