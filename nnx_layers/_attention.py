@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from nnx_core import Cache, Module, Rngs, RngStream
 
 from . import initializers
-from ._checks import Dtype, as_input, check_positive_int, metadata
+from ._checks import Dtype, as_input, check_positive_int, check_sequence_shape, metadata
 from ._constraints import Rate, Size
 from ._dot_product_attention import dot_product_attention
 from ._linear_general import LinearGeneral
@@ -476,15 +476,8 @@ class MultiHeadAttention(Module):
             >>> int(layer.cache_index.value)
             1
         """
-        shape = tuple(input_shape)
-        if len(shape) < 2 or not all(
-            isinstance(s, int | jnp.integer) and not isinstance(s, bool) and s >= 1 for s in shape
-        ):
-            raise ValueError(
-                f"{_NAME}.init_cache needs the shape of a whole sequence, (batch..., "
-                f"max_length, features) with positive sizes, got {input_shape!r}. Pass e.g. "
-                f"x.shape for x of shape (batch, max_length, {self.in_features})."
-            )
+        example = f"x.shape for x of shape (batch, max_length, {self.in_features})"
+        shape = check_sequence_shape(_NAME, input_shape, example)
         kv_heads = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
         cache_shape = (*shape[:-1], kv_heads, self.head_dim)
         self.cached_key = Cache(jnp.zeros(cache_shape, dtype))

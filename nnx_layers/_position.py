@@ -10,7 +10,14 @@ import jax.numpy as jnp
 from nnx_core import Cache, Module, Param, Rngs
 
 from . import initializers
-from ._checks import Dtype, as_input, check_positive_int, metadata, promote_dtype
+from ._checks import (
+    Dtype,
+    as_input,
+    check_positive_int,
+    check_sequence_shape,
+    metadata,
+    promote_dtype,
+)
 from ._constraints import Size
 from .initializers import Initializer
 
@@ -182,15 +189,8 @@ class PositionEmbed(Module):
             4
         """
         del dtype
-        shape = tuple(input_shape)
-        if len(shape) < 2 or not all(
-            isinstance(s, int | jnp.integer) and not isinstance(s, bool) and s >= 1 for s in shape
-        ):
-            raise ValueError(
-                f"{_NAME}.init_cache needs the shape of a whole sequence, (batch..., length, "
-                f"features) with positive sizes, got {input_shape!r}. Pass e.g. (1, "
-                f"{self.max_length}, {self.features})."
-            )
+        example = f"(1, {self.max_length}, {self.features})"
+        shape = check_sequence_shape(_NAME, input_shape, example)
         if shape[-2] > self.max_length:
             raise ValueError(
                 f"{_NAME}.init_cache: a sequence of {shape[-2]} positions is longer than "
