@@ -86,12 +86,20 @@ def test_sample():
     assert sample(logits, key, temperature=1.0, top_k=10).shape == (2,)  # k past the vocabulary
 
 
+class CountingAttention(MultiHeadAttention):
+    calls: list = []
+
+    def init_cache(self, input_shape, dtype=jnp.float32):
+        self.calls.append(tuple(input_shape))
+        super().init_cache(input_shape, dtype)
+
+
 class Wrapper(nnx.Module):
     """Starts its own attention's cache, as a stacked-layers wrapper would."""
 
     def __init__(self, rngs):
         self.in_features = 8
-        self.inner = MultiHeadAttention(2, 8, decode=False, rngs=rngs)
+        self.inner = CountingAttention(2, 8, decode=False, rngs=rngs)
         self.started = []
 
     def init_cache(self, input_shape, dtype=jnp.float32):
@@ -103,12 +111,14 @@ class Wrapper(nnx.Module):
 
 
 def test_start_decoding_starts_every_cache_once_outermost_first():
+    CountingAttention.calls.clear()
     rngs = nnx.Rngs(0)
     model = Sequential(Embed(5, 8, rngs=rngs), PositionEmbed(10, 8, rngs=rngs), Wrapper(rngs))
     model.train()
     start_decoding(model, 3, 7)
     wrapper = model.layers[2]
-    assert wrapper.started == [(3, 7, 8)]  # once: not again through its attention
+    assert wrapper.started == [(3, 7, 8)]
+    assert CountingAttention.calls == [(3, 7, 8)]  # once, by the wrapper: not again
     assert wrapper.inner.cached_key.value.shape == (3, 7, 2, 4)
     assert int(model.layers[1].cache_index.value) == 0
     assert wrapper.inner.decode is True and model.layers[1].decode is True
