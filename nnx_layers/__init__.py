@@ -47,6 +47,7 @@ from ._pooling import avg_pool as avg_pool
 from ._pooling import max_pool as max_pool
 from ._pooling import min_pool as min_pool
 from ._pooling import pool as pool
+from ._position import PositionEmbed as PositionEmbed
 from ._prelu import PReLU as PReLU
 from ._reshape import Reshape as Reshape
 from ._rnn import RNN as RNN
@@ -133,4 +134,5 @@ __all__ = [
     "WeightNorm",
     "SpectralNorm",
     "Reshape",
+    "PositionEmbed",
 ]

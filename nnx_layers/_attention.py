@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from nnx_core import Cache, Module, Rngs, RngStream
 
 from . import initializers
-from ._checks import Dtype, as_input, check_positive_int, metadata
+from ._checks import Dtype, as_input, check_positive_int, check_sequence_shape, metadata
 from ._constraints import Rate, Size
 from ._dot_product_attention import dot_product_attention
 from ._linear_general import LinearGeneral
@@ -36,6 +36,14 @@ def _check_rate(rate: Any) -> float:
             f"dropout_rate=0.1."
         )
     return float(rate)
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"{_NAME} {name} must be True or False, got {value!r}. Pass e.g. {name}=True."
+        )
+    return value
 
 
 def _check_features(arg: str, x: jax.Array, expected: int, setting: str) -> None:
@@ -109,6 +117,9 @@ class MultiHeadAttention(Module):
         decode: whether calls decode one position with the cache; ``None`` means the call
             must say.
         normalize_qk: normalize query and key heads with `LayerNorm` (no bias).
+        is_causal: mask keys after each query position in every call that does not say
+            otherwise (a decoder's self-attention, e.g. a GPT block built from a config);
+            decoding is causal either way. Not in flax.nnx, where only the call takes it.
         rngs: random streams: ``params`` for the weights; with ``dropout_rate > 0`` and
             ``keep_rngs`` a ``dropout`` stream forked from it is kept for the calls.
         keep_rngs: keep a dropout stream on the layer (else the call must get ``rngs``).
@@ -123,6 +134,7 @@ class MultiHeadAttention(Module):
         ValueError: sizes that are not positive integers, ``qkv_features`` not divisible by
             ``num_heads``, ``num_heads`` not divisible by ``num_kv_heads``, a dropout rate
             outside ``[0, 1]``; call-time errors are listed on ``__call__``.
+        TypeError: ``is_causal`` that is not a bool.
 
     Example:
         >>> import jax.numpy as jnp
@@ -136,8 +148,12 @@ class MultiHeadAttention(Module):
         (4, 5, 8)
         >>> layer(x, jnp.ones((4, 7, 8))).shape  # cross-attention to 7 positions
         (4, 5, 8)
-        >>> layer(x, mask=make_causal_mask(jnp.ones((4, 5)))).shape
+        >>> causal = layer(x, mask=make_causal_mask(jnp.ones((4, 5))))
+        >>> causal.shape
         (4, 5, 8)
+        >>> layer.is_causal = True  # as MultiHeadAttention(..., is_causal=True) builds it
+        >>> bool(jnp.allclose(layer(x), causal, atol=1e-6))
+        True
     """
 
     def __init__(
@@ -163,6 +179,7 @@ class MultiHeadAttention(Module):
         attention_fn: Callable[..., jax.Array] = dot_product_attention,
         decode: bool | None = None,
         normalize_qk: bool = False,
+        is_causal: bool = False,
         rngs: Rngs,
         keep_rngs: bool = True,
         kernel_metadata: Mapping[str, Any] = _EMPTY,
@@ -210,6 +227,7 @@ class MultiHeadAttention(Module):
         self.attention_fn = attention_fn
         self.decode = decode
         self.normalize_qk = normalize_qk
+        self.is_causal = _check_bool("is_causal", is_causal)
         self.keep_rngs = keep_rngs
         self.kernel_metadata = metadata(kernel_metadata)
         self.out_kernel_metadata = metadata(out_kernel_metadata)
@@ -278,7 +296,7 @@ class MultiHeadAttention(Module):
         rngs: Rngs | RngStream | jax.Array | None = None,
         sow_weights: bool = False,
         decode: bool | None = None,
-        is_causal: bool = False,
+        is_causal: bool | None = None,
     ) -> jax.Array:
         """Attend from ``inputs_q`` to ``inputs_k`` (default: ``inputs_q``) / ``inputs_v``.
 
@@ -295,7 +313,8 @@ class MultiHeadAttention(Module):
             sow_weights: record the attention weights as the Intermediate
                 ``attention_weights``.
             decode: overrides the layer's ``decode`` for this call.
-            is_causal: also mask keys after each query position (implied when decoding).
+            is_causal: also mask keys after each query position (implied when decoding);
+                ``None`` means the layer's ``is_causal``.
 
         Returns:
             ``(batch..., q_length, out_features)``.
@@ -316,6 +335,7 @@ class MultiHeadAttention(Module):
         value = self.value(inputs_v)
         if self.query_ln is not None and self.key_ln is not None:
             query, key = self.query_ln(query), self.key_ln(key)
+        is_causal = self.is_causal if is_causal is None else is_causal
         if decode:
             key, value, mask = self._decode_step(key, value, mask)
             is_causal = False  # the cache mask is causal already
@@ -414,13 +434,15 @@ class MultiHeadAttention(Module):
             )
         index = self.cache_index.value
         past = _past_the_end(index, max_length)
+        value = value.astype(cache.dtype)
+        if past is not None:  # traced: a step past the end yields NaN, not stale values
+            # (its value lands where dynamic_update_slice clamps it, the last position, which
+            # every later step attends to; poisoning the step, not the cache, keeps the cache
+            # update in place: a whole-cache select per step doubled a decoding step's time)
+            value = jnp.where(past, jnp.full_like(value, jnp.nan), value)
         start = (0,) * len(batch) + (index, 0, 0)
         key = jax.lax.dynamic_update_slice(cache, key.astype(cache.dtype), start)
-        value = jax.lax.dynamic_update_slice(
-            self.cached_value.value, value.astype(cache.dtype), start
-        )
-        if past is not None:  # traced: a step past the end yields NaN, not stale values
-            value = jnp.where(past, jnp.full_like(value, jnp.nan), value)
+        value = jax.lax.dynamic_update_slice(self.cached_value.value, value, start)
         self.cached_key.value = key
         self.cached_value.value = value
         self.cache_index.value = index + 1
@@ -454,15 +476,8 @@ class MultiHeadAttention(Module):
             >>> int(layer.cache_index.value)
             1
         """
-        shape = tuple(input_shape)
-        if len(shape) < 2 or not all(
-            isinstance(s, int | jnp.integer) and not isinstance(s, bool) and s >= 1 for s in shape
-        ):
-            raise ValueError(
-                f"{_NAME}.init_cache needs the shape of a whole sequence, (batch..., "
-                f"max_length, features) with positive sizes, got {input_shape!r}. Pass e.g. "
-                f"x.shape for x of shape (batch, max_length, {self.in_features})."
-            )
+        example = f"x.shape for x of shape (batch, max_length, {self.in_features})"
+        shape = check_sequence_shape(_NAME, input_shape, example)
         kv_heads = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
         cache_shape = (*shape[:-1], kv_heads, self.head_dim)
         self.cached_key = Cache(jnp.zeros(cache_shape, dtype))

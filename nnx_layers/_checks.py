@@ -91,3 +91,17 @@ def frozen(value: Any) -> Any:
 def metadata(value: Mapping[str, Any]) -> dict[str, Any]:
     """Copy a ``*_metadata`` mapping into a plain dict."""
     return dict(value)
+
+
+def check_sequence_shape(layer: str, input_shape: Any, example: str) -> tuple[int, ...]:
+    """``input_shape`` as a tuple, if it is ``(batch..., length, features)`` with positive sizes
+    (what a layer's ``init_cache`` takes); else a ValueError suggesting ``example``."""
+    shape = tuple(input_shape)
+    if len(shape) < 2 or not all(
+        isinstance(s, int | jnp.integer) and not isinstance(s, bool) and s >= 1 for s in shape
+    ):
+        raise ValueError(
+            f"{layer}.init_cache needs the shape of a whole sequence, (batch..., length, "
+            f"features) with positive sizes, got {input_shape!r}. Pass e.g. {example}."
+        )
+    return shape

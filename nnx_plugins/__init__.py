@@ -86,6 +86,11 @@ _EXPORTS = {
     "load_train_config": ".training._config",
     "DataError": ".training.data._base",
     "ProcessGroup": ".training._processes",
+    # language models
+    "generate": ".generation._generate",
+    "Generation": ".generation._generate",
+    "GenerationError": ".generation._decode",
+    "decode": ".generation._decode",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -130,6 +135,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .config._shapes import DataSpec as DataSpec
     from .config._shapes import ModelCheck as ModelCheck
     from .config._shapes import check_model as check_model
+    from .generation._decode import GenerationError as GenerationError
+    from .generation._decode import decode as decode
+    from .generation._generate import Generation as Generation
+    from .generation._generate import generate as generate
     from .registry._discovery import Settings as Settings
     from .registry._errors import NameCollisionError as NameCollisionError
     from .registry._errors import PluginError as PluginError

@@ -61,10 +61,16 @@ def _assert_grads_close(ours_grads, theirs_grads, assert_close, scale):
 # --- construction ----------------------------------------------------------------------------
 
 
+OURS_ONLY = {"is_causal"}  # the causal option a config can set (flax.nnx: the call only)
+
+
 def test_signature_matches_flax_for_shared_arguments():
     ours = inspect.signature(MultiHeadAttention.__init__).parameters
     theirs = inspect.signature(fnnx.MultiHeadAttention.__init__).parameters
+    assert OURS_ONLY <= set(ours) and not OURS_ONLY & set(theirs)
     for name, parameter in ours.items():
+        if name in OURS_ONLY:
+            continue
         assert name in theirs, name
         default = parameter.default
         if name in ("out_kernel_init", "out_bias_init"):  # flax: None (= kernel/bias_init)
@@ -176,6 +182,33 @@ def test_cross_attention_and_is_causal_match_flax(assert_close):
     assert_close(ours(q, kv, is_causal=True), theirs(q, kv, is_causal=True))
     x = _x((3, B, T, F))  # two batch axes
     assert_close(ours(x, _x((3, B, 7, 6))), theirs(x, _x((3, B, 7, 6))))
+
+
+def test_is_causal_on_the_layer_is_the_default_of_every_call(assert_close):
+    causal, theirs = _pair(2, F, decode=False)
+    causal.is_causal = True
+    plain, _ = _pair(2, F, decode=False)
+    x = _x((B, T, F))
+    expected = theirs(x, is_causal=True)
+    assert_close(causal(x), expected)
+    assert_close(causal(x, mask=MASKS["causal"]), expected)
+    assert_close(causal(x, mask=MASKS["padding"]), theirs(x, mask=MASKS["combined"]))
+    assert_close(causal(x, is_causal=False), theirs(x))  # the call's word wins
+    assert_close(plain(x, is_causal=True), expected)
+    assert not np.allclose(plain(x), expected)
+    built = MultiHeadAttention(2, F, is_causal=True, decode=False, rngs=nnx.Rngs(0))
+    assert built.is_causal is True
+    first = built(x)[:, :1]  # position 0 sees only itself, whatever follows it
+    np.testing.assert_allclose(built(x.at[:, 1:].set(0.0))[:, :1], first, atol=1e-6)
+
+
+def test_a_causal_layer_decodes_like_its_full_pass(assert_close):
+    layer = MultiHeadAttention(2, F, is_causal=True, decode=False, rngs=nnx.Rngs(0))
+    x = _x((B, T, F))
+    full = layer(x)
+    layer.init_cache(x.shape)
+    steps = [layer(x[:, t : t + 1], decode=True) for t in range(T)]
+    assert_close(jnp.concatenate(steps, axis=1), full)
 
 
 def test_gradients_match_flax(assert_close):
@@ -299,12 +332,22 @@ def test_decode_ignores_is_causal_and_init_cache_restarts(assert_close):
             "kernel_init": {"type": "normal", "stddev": 0.02},
             "dtype": "bfloat16",
         },
+        {"num_heads": 2, "in_features": 8, "decode": False, "is_causal": True},
     ],
 )
 def test_works_from_a_config(config):
     report = check_layer("MultiHeadAttention", config, input_shape=(2, 5, 8))
     assert report.output_shape == (2, 5, config.get("out_features", 8))
     assert report.config["attention_fn"] == "dot_product_attention"
+    assert report.config["is_causal"] is config.get("is_causal", False)
+
+
+def test_is_causal_in_a_config_is_checked_before_building():
+    from nnx_plugins import ConfigError, load_config
+
+    model = {"type": "MultiHeadAttention", "num_heads": 2, "in_features": 8, "is_causal": "yes"}
+    with pytest.raises(ConfigError, match=r"model.is_causal: Input should be a valid boolean"):
+        load_config({"model": model})
 
 
 # --- errors ----------------------------------------------------------------------------------
@@ -330,6 +373,12 @@ def test_construction_errors(kwargs, match):
     kwargs = {"num_heads": 2, "in_features": F, **kwargs}
     with pytest.raises(ValueError, match=match):
         MultiHeadAttention(**kwargs, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_is_causal_must_be_a_bool(value):
+    with pytest.raises(TypeError, match=rf"is_causal must be True or False, got {value!r}"):
+        MultiHeadAttention(2, F, is_causal=value, rngs=nnx.Rngs(0))
 
 
 def test_call_errors_on_inputs_and_masks():
@@ -399,3 +448,14 @@ def test_decode_past_the_end_under_jit_returns_nan_until_init_cache():
     assert np.isnan(step(layer, jnp.ones((B, 1, F)))).all()
     layer.init_cache((B, 1, F))
     assert np.isfinite(step(layer, jnp.ones((B, 1, F)))).all()
+
+
+def test_decode_past_the_end_under_jit_is_nan_even_where_a_mask_hides_the_last_position():
+    layer = MultiHeadAttention(2, F, decode=True, rngs=nnx.Rngs(0))
+    layer.init_cache((B, 3, F))
+    step = nnx.jit(lambda model, x, mask: model(x, mask=mask))
+    first_only = jnp.zeros((B, 1, 1, 3), bool).at[..., 0].set(True)
+    for _ in range(3):
+        assert np.isfinite(step(layer, jnp.ones((B, 1, F)), first_only)).all()
+    for _ in range(2):
+        assert np.isnan(step(layer, jnp.ones((B, 1, F)), first_only)).all()

@@ -7,7 +7,17 @@ import annotated_types
 import pytest
 
 from nnx_core import Rngs
-from nnx_layers import BatchNorm, Conv, ConvTranspose, Dropout, Embed, LayerNorm, Linear, RMSNorm
+from nnx_layers import (
+    BatchNorm,
+    Conv,
+    ConvTranspose,
+    Dropout,
+    Embed,
+    LayerNorm,
+    Linear,
+    PositionEmbed,
+    RMSNorm,
+)
 from nnx_layers._constraints import MAX_SIZE, Rate, Size
 from nnx_layers.activations import celu
 
@@ -20,6 +30,7 @@ ARGUMENTS = {
     LayerNorm: {"num_features": 2},
     RMSNorm: {"num_features": 2},
     Dropout: {"rate": 0.5},
+    PositionEmbed: {"max_length": 2, "features": 2},
 }
 
 

@@ -32,7 +32,7 @@ ARGUMENTS = {
         "kernel_init": "he_normal",
     },
     # attention, the linear family, recurrence, more normalization, Reshape
-    "MultiHeadAttention": {"num_heads": 2, "in_features": 4, "decode": False},
+    "MultiHeadAttention": {"num_heads": 2, "in_features": 4, "decode": False, "is_causal": True},
     "LinearGeneral": {"in_features": [2, 3], "out_features": 4, "axis": [-2, -1]},
     "Einsum": {"einsum_str": "btd,dh->bth", "kernel_shape": [3, 4], "bias_shape": [4]},
     "PReLU": {"negative_slope_init": {"type": "constant", "value": 0.25}},
@@ -75,6 +75,7 @@ ARGUMENTS = {
         "update_stats": False,
     },
     "Reshape": {"shape": [4, -1]},
+    "PositionEmbed": {"max_length": 8, "features": 4, "decode": True},
 }
 
 NESTED = {

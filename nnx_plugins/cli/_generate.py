@@ -1,0 +1,123 @@
+"""``nnx generate FILE --checkpoint DIR --prompt TEXT [--max-tokens N] [--temperature T]
+[--top-k K] [--seed S] [KEY=VALUE...]``: text from a trained language model.
+
+The prompt and its continuation go to stdout (nothing else, so the text can be piped); the
+line saying which checkpoint, how many tokens and how fast goes to stderr. Generation imports
+jax inside the handler only, so the listing commands stay fast.
+
+Example:
+    >>> from nnx_plugins.cli._main import build_parser
+    >>> args = build_parser().parse_args(
+    ...     ["generate", "gpt.yaml", "--checkpoint", "runs/gpt/checkpoints", "--prompt", "def ",
+    ...      "--max-tokens", "50", "--temperature", "0.8", "--top-k", "10"])
+    >>> args.file, args.prompt, args.max_tokens, args.temperature, args.top_k, args.seed
+    ('gpt.yaml', 'def ', 50, 0.8, 10, 0)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .._errors import NnxError
+from ._config import one_file
+
+__all__ = ["add_commands"]
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from ..config._load import load_config  # (here: listing stays light)
+    from ..generation._generate import generate  # (here: listing stays light)
+
+    given = one_file(args, "generate FILE --checkpoint DIR --prompt TEXT [options] [KEY=VALUE...]")
+    if given is None:
+        return 2
+    try:
+        result = generate(
+            load_config(given[0], overrides=given[1]),
+            checkpoint=args.checkpoint,
+            prompt=args.prompt,
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            seed=args.seed,
+        )
+    except NnxError as error:  # (configs, checkpoints, data, prompts: they say where)
+        print(f"nnx: error: {error}", file=sys.stderr)
+        return 1
+    print(result.prompt + result.text)
+    rate = len(result.tokens) / max(result.seconds, 1e-9)
+    print(
+        f"nnx: {len(result.tokens)} tokens from {result.checkpoint} (step {result.step}) in "
+        f"{result.seconds:.1f} s ({rate:.0f} tokens/s, compilation included)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _whole(least: int) -> Any:
+    def parse(text: str) -> int:
+        if not text.isdigit() or int(text) < least:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, got {text!r}")
+        return int(text)
+
+    return parse
+
+
+def _temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"expected a number >= 0 (0 is greedy decoding), got {text!r}"
+        )
+    return value
+
+
+def add_commands(subparsers: Any) -> None:
+    """Register ``generate`` on the ``nnx`` command's subparsers."""
+    text = "continue a prompt with a trained language model (decoding with the KV cache)"
+    parser = subparsers.add_parser("generate", help=text, description=text)
+    parser.set_defaults(handler=_generate)
+    parser.add_argument("file", metavar="FILE", help="the config the model was trained with")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="set a value by path, as for nnx train (e.g. data.path=notes.txt)",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        required=True,
+        help="a checkpoint directory, or a directory of step_N checkpoints (the newest)",
+    )
+    parser.add_argument("--prompt", metavar="TEXT", required=True, help="the text to continue")
+    parser.add_argument(
+        "--max-tokens",
+        metavar="N",
+        type=_whole(1),
+        default=None,
+        help="tokens to add (default: as many as fit the model's maximum length); the prompt "
+        "and N tokens must fit it",
+    )
+    parser.add_argument(
+        "--temperature",
+        metavar="T",
+        type=_temperature,
+        default=1.0,
+        help="softmax temperature; 0 is greedy decoding (default 1.0)",
+    )
+    parser.add_argument(
+        "--top-k",
+        metavar="K",
+        type=_whole(1),
+        default=None,
+        help="draw among the K most likely tokens only (default: all)",
+    )
+    parser.add_argument(
+        "--seed", metavar="S", type=_whole(0), default=0, help="random seed (default 0)"
+    )

@@ -1,0 +1,318 @@
+"""Autoregressive decoding of a language model: with the KV cache, and by full recomputation.
+
+A language model here maps token ids ``(batch, length)`` to logits ``(batch, length, vocab)``
+causally (position ``t`` sees positions ``<= t`` only), e.g. the GPT of
+``examples/text_gpt.yaml``. `decode` feeds it one position per step, its layers keeping what
+they saw in `Cache` Variables (`MultiHeadAttention`'s keys and values, `PositionEmbed`'s index),
+so each new token costs one position's work. `decode_by_recomputation` runs the whole sequence
+again for every token, the reference the cached path must agree with. Both run every step
+inside one compiled ``lax.scan`` and draw the token after position ``t`` with the key
+``fold_in(key(seed), t)``, so on equal logits they return equal tokens.
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> import nnx_core as nnx
+    >>> from nnx_layers import Embed, Linear, MultiHeadAttention, PositionEmbed, Sequential
+    >>> from nnx_plugins.generation._decode import decode, decode_by_recomputation
+    >>> rngs = nnx.Rngs(0)
+    >>> model = Sequential(
+    ...     Embed(11, 8, rngs=rngs), PositionEmbed(16, 8, rngs=rngs),
+    ...     MultiHeadAttention(2, 8, is_causal=True, decode=False, rngs=rngs),
+    ...     Linear(8, 11, rngs=rngs))
+    >>> prompt = jnp.array([[1, 2, 3]])
+    >>> tokens = decode(model, prompt, max_tokens=5, temperature=0.0)
+    >>> tokens.shape, tokens.dtype.name
+    ((1, 5), 'int32')
+    >>> bool((tokens == decode_by_recomputation(model, prompt, max_tokens=5, temperature=0.0)).all())
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+from numbers import Integral, Real
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+import nnx_core as nnx
+
+from .._errors import NnxError
+
+__all__ = [
+    "GenerationError",
+    "decode",
+    "decode_by_recomputation",
+    "model_max_length",
+    "sample",
+    "start_decoding",
+]
+
+
+class GenerationError(NnxError, ValueError):
+    """Generation was asked something the model, the checkpoint or the vocabulary cannot do."""
+
+
+# -- the model's side --------------------------------------------------------------------------
+def model_max_length(model: Any) -> int | None:
+    """The longest sequence ``model`` takes: the smallest ``max_length`` of its layers (e.g.
+    `PositionEmbed`), or ``None`` when no layer sets one.
+
+    Example:
+        >>> import nnx_core as nnx
+        >>> from nnx_layers import PositionEmbed, Sequential
+        >>> from nnx_plugins.generation._decode import model_max_length
+        >>> model_max_length(Sequential(PositionEmbed(64, 4, rngs=nnx.Rngs(0)), PositionEmbed(32, 4, rngs=nnx.Rngs(0))))
+        32
+    """
+    found = _length_limit(model)
+    return None if found is None else found[0]
+
+
+def _length_limit(model: Any) -> tuple[int, str] | None:
+    """``(max_length, where)`` of the layer that limits ``model``'s length, if any."""
+    limits = [
+        (module.max_length, f"{type(module).__name__} at {_where(path)}")
+        for path, module in model.iter_modules()
+        if isinstance(getattr(module, "max_length", None), int)
+    ]
+    return min(limits, key=lambda limit: limit[0]) if limits else None
+
+
+def _where(path: tuple[Any, ...]) -> str:
+    """``model.layers[2].block``: a module's place, spelled as in a config."""
+    inner = nnx.format_path(path)
+    return f"model.{inner}" if inner and not inner.startswith("[") else f"model{inner}"
+
+
+def _cache_width(path: tuple[Any, ...], module: Any) -> int:
+    for name in ("in_features", "features"):
+        width = getattr(module, name, None)
+        if isinstance(width, int):
+            return width
+    raise GenerationError(
+        f"cannot start decoding: the layer {type(module).__name__} at "
+        f"{_where(path)} has init_cache but neither in_features nor "
+        f"features, so the width of its input is unknown. Give it one of these attributes."
+    )
+
+
+def start_decoding(model: Any, batch: int, length: int) -> None:
+    """Put ``model`` in decoding mode for sequences of ``batch`` x ``length`` positions.
+
+    Every layer with a ``decode`` attribute gets ``decode=True``, and every layer with an
+    ``init_cache`` method (outermost first: a layer that starts its own sublayers' caches is
+    not entered) is called with ``(batch, length, width)``, ``width`` being its
+    ``in_features`` or ``features``. Dropout and batch statistics are switched to evaluation.
+
+    Raises:
+        GenerationError: no layer decodes from a cache, or one has no known input width.
+        ValueError: a layer refuses the length (e.g. past a `PositionEmbed`'s max_length).
+    """
+    model.eval()
+    model.set_attributes(decode=True, raise_if_not_found=False)
+    started: list[tuple[Any, ...]] = []
+    for path, module in model.iter_modules():
+        if not callable(getattr(module, "init_cache", None)):
+            continue
+        if any(path[: len(done)] == done for done in started):
+            continue
+        module.init_cache((batch, length, _cache_width(path, module)))
+        started.append(tuple(path))
+    if not started:
+        raise GenerationError(
+            f"{type(model).__name__} has no layer that decodes from a cache (such as "
+            f"MultiHeadAttention or PositionEmbed), so it cannot generate token by token. "
+            f"Build the model's sequence mixing from such layers."
+        )
+
+
+# -- sampling ----------------------------------------------------------------------------------
+def sample(
+    logits: jax.Array, key: jax.Array, *, temperature: float, top_k: int | None
+) -> jax.Array:
+    """Draw one token id per row of ``logits`` ``(batch, vocab)``.
+
+    ``temperature == 0`` takes the most likely token (greedy); otherwise the logits are
+    divided by ``temperature`` and, with ``top_k``, all but the ``top_k`` largest are dropped.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from nnx_plugins.generation._decode import sample
+        >>> logits = jnp.array([[0.0, 3.0, 1.0]])
+        >>> sample(logits, jax.random.key(0), temperature=0.0, top_k=None).tolist()
+        [1]
+        >>> sample(logits, jax.random.key(0), temperature=1.0, top_k=1).tolist()
+        [1]
+    """
+    logits = logits.astype(jnp.float32)
+    if temperature == 0:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = jax.lax.top_k(logits, top_k)[0][..., -1:]
+        logits = jnp.where(logits < kth, -jnp.inf, logits)
+    return jax.random.categorical(key, logits / temperature, axis=-1).astype(jnp.int32)
+
+
+def _check_arguments(prompt: Any, max_tokens: Any, temperature: Any, top_k: Any) -> jax.Array:
+    prompt = jnp.asarray(prompt)
+    if prompt.ndim != 2 or prompt.shape[1] < 1 or not jnp.issubdtype(prompt.dtype, jnp.integer):
+        raise GenerationError(
+            f"the prompt must be token ids of shape (batch, length) with length >= 1, got "
+            f"{prompt.dtype}{list(prompt.shape)}. Pass e.g. jnp.array([[1, 2, 3]])."
+        )
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, Integral) or max_tokens < 1:
+        raise GenerationError(f"max_tokens must be a whole number >= 1, got {max_tokens!r}.")
+    if isinstance(temperature, bool) or not isinstance(temperature, Real) or not temperature >= 0:
+        raise GenerationError(
+            f"temperature must be a number >= 0 (0 is greedy), got {temperature!r}."
+        )
+    if top_k is not None and (
+        isinstance(top_k, bool) or not isinstance(top_k, Integral) or top_k < 1
+    ):
+        raise GenerationError(f"top_k must be a whole number >= 1 or None (all), got {top_k!r}.")
+    return prompt.astype(jnp.int32)
+
+
+def _check_length(model: Any, prompt: jax.Array, max_tokens: int) -> int:
+    length = prompt.shape[1]
+    total = length + max_tokens
+    limit = _length_limit(model)
+    if limit is not None and total > limit[0]:
+        raise GenerationError(
+            f"a prompt of {length} token{'s' * (length != 1)} and max_tokens={max_tokens} make "
+            f"{total} tokens, past the model's maximum length of {limit[0]} (the max_length of "
+            f"its {limit[1]}). Ask for at most {max(limit[0] - length, 0)} new tokens, or "
+            f"shorten the prompt."
+        )
+    return total
+
+
+def _logits_of_last(output: Any, batch: int) -> jax.Array:
+    if not hasattr(output, "ndim") or output.ndim != 3 or output.shape[0] != batch:
+        shape = getattr(output, "shape", type(output).__name__)
+        raise GenerationError(
+            f"a language model must map token ids (batch, length) to logits (batch, length, "
+            f"vocab); this one returned {shape}. End the model with the vocabulary head."
+        )
+    return output[:, -1]
+
+
+# -- the two decoders --------------------------------------------------------------------------
+def decode(
+    model: Any,
+    prompt: Any,
+    *,
+    max_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 0,
+) -> jax.Array:
+    """Continue ``prompt`` by ``max_tokens`` tokens, decoding with the KV cache.
+
+    ``model`` is left as it was: a clone is put in decoding mode (`start_decoding`), and the
+    prompt then the drawn tokens are fed one position per step, all steps in one compiled
+    ``lax.scan`` over the clone's state.
+
+    Args:
+        model: a language model (token ids ``(batch, length)`` -> logits).
+        prompt: token ids ``(batch, length)``, ``length >= 1``.
+        max_tokens: how many tokens to draw.
+        temperature: ``0`` for greedy decoding; else the softmax temperature.
+        top_k: draw among the ``top_k`` most likely tokens only (``None``: all).
+        seed: the random seed of the draws.
+
+    Returns:
+        The new token ids, ``(batch, max_tokens)`` int32.
+
+    Raises:
+        GenerationError: a bad argument; a prompt plus ``max_tokens`` past the model's
+            maximum length; a model that does not decode from a cache or does not return
+            ``(batch, length, vocab)`` logits.
+    """
+    prompt = _check_arguments(prompt, max_tokens, temperature, top_k)
+    total = _check_length(model, prompt, max_tokens)
+    work = nnx.clone(model)
+    start_decoding(work, prompt.shape[0], total)
+    graphdef, params, rest = nnx.split(work, nnx.Param, ...)
+    options = dict(new=max_tokens, temperature=float(temperature), top_k=top_k)
+    return _cached(params, rest, prompt, jax.random.key(seed), graphdef=graphdef, **options)
+
+
+_STATIC = ("graphdef", "new", "temperature", "top_k")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _cached(params: Any, rest: Any, prompt: jax.Array, key: jax.Array, **static: Any) -> jax.Array:
+    """`decode`'s compiled loop: one position per step, the non-Param state carried."""
+    graphdef, new = static["graphdef"], static["new"]
+    draw = functools.partial(sample, temperature=static["temperature"], top_k=static["top_k"])
+    batch, length = prompt.shape
+
+    def step(carry: Any, t: jax.Array) -> Any:
+        rest, previous = carry
+        token = jnp.where(t < length, prompt[:, jnp.minimum(t, length - 1)], previous)
+        model = nnx.merge(graphdef, params, rest)
+        drawn = draw(_logits_of_last(model(token[:, None]), batch), jax.random.fold_in(key, t))
+        return (nnx.state(model, nnx.Not(nnx.Param)), drawn), drawn
+
+    start = (rest, jnp.zeros((batch,), jnp.int32))
+    _, drawn = jax.lax.scan(step, start, jnp.arange(length + new - 1))
+    return drawn[length - 1 :].T
+
+
+def decode_by_recomputation(
+    model: Any,
+    prompt: Any,
+    *,
+    max_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 0,
+) -> jax.Array:
+    """`decode` without the cache: every token runs the model on the whole sequence.
+
+    The sequence lives in a buffer of ``prompt length + max_tokens`` positions (one compiled
+    shape); the model's causality keeps the positions not yet drawn from mattering. The
+    reference for `decode` (equal tokens on equal logits) and its speed baseline.
+
+    Args:
+        model: as for `decode`; its mode is left as it is (``decode=False`` expected).
+        prompt: as for `decode`.
+        max_tokens: as for `decode`.
+        temperature: as for `decode`.
+        top_k: as for `decode`.
+        seed: as for `decode`.
+
+    Returns:
+        The new token ids, ``(batch, max_tokens)`` int32.
+
+    Raises:
+        GenerationError: as `decode` (but a model need not decode from a cache).
+    """
+    prompt = _check_arguments(prompt, max_tokens, temperature, top_k)
+    _check_length(model, prompt, max_tokens)
+    work = nnx.clone(model)
+    work.eval()
+    graphdef, state = nnx.split(work)
+    options = dict(new=max_tokens, temperature=float(temperature), top_k=top_k)
+    return _recomputed(state, prompt, jax.random.key(seed), graphdef=graphdef, **options)
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _recomputed(state: Any, prompt: jax.Array, key: jax.Array, **static: Any) -> jax.Array:
+    """`decode_by_recomputation`'s compiled loop: the whole buffer through the model per step."""
+    model = nnx.merge(static["graphdef"], state)
+    draw = functools.partial(sample, temperature=static["temperature"], top_k=static["top_k"])
+    batch, length = prompt.shape
+    total = length + static["new"]
+
+    def step(ids: jax.Array, t: jax.Array) -> Any:
+        window = jax.lax.dynamic_slice_in_dim(model(ids), t, 1, axis=1)
+        drawn = draw(_logits_of_last(window, batch), jax.random.fold_in(key, t))
+        return jax.lax.dynamic_update_slice_in_dim(ids, drawn[:, None], t + 1, axis=1), drawn
+
+    ids = jnp.zeros((batch, total), jnp.int32).at[:, :length].set(prompt)
+    _, drawn = jax.lax.scan(step, ids, jnp.arange(length - 1, total - 1))
+    return drawn.T

@@ -1,0 +1,105 @@
+"""nnx generate FILE --checkpoint DIR --prompt TEXT ...: the text on stdout, the numbers on
+stderr; bad input exits 1 with one located line, bad options exit 2."""
+
+import subprocess
+import sys
+
+import pytest
+
+from nnx_plugins import train
+from nnx_plugins.cli._main import main
+
+from ..generation.test_generate import TEXT, write_run_config
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli-gpt")
+    (folder / "cat.txt").write_text(TEXT, encoding="utf-8")
+    config = write_run_config(folder)
+    train(config, run_dir=folder / "run", progress=False)
+    return folder, config
+
+
+def generate(config, folder, *options):
+    return ["generate", str(config), "--checkpoint", str(folder / "run" / "checkpoints"), *options]
+
+
+def test_prints_the_prompt_and_its_continuation(run, capsys):
+    folder, config = run
+    argv = generate(
+        config, folder, "--prompt", "the cat s", "--max-tokens", "6", "--temperature", "0"
+    )
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out == "the cat sat on \n"
+    assert "nnx: 6 tokens from" in err and "(step 150)" in err and "tokens/s" in err
+    sampled = generate(config, folder, "--prompt", "t", "--top-k", "3", "--seed", "4")
+    assert main(sampled) == 0
+    first = capsys.readouterr().out
+    assert main(sampled) == 0 and capsys.readouterr().out == first
+    assert len(first) == 16 + 1  # filled to the model's maximum length, and a newline
+
+
+def test_the_installed_command(run):
+    folder, config = run
+    argv = generate(config, folder, "--prompt", "the m", "--max-tokens", "3", "--temperature", "0")
+    done = subprocess.run(
+        [sys.executable, "-m", "nnx_plugins.cli._main", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "the mat \n"
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        (["--prompt", "the dog"], "the character 'd' (position 4) is not in the vocabulary"),
+        (["--prompt", "the", "--max-tokens", "20"], "past the model's maximum length of 16"),
+        (["--prompt", ""], "the prompt must be non-empty text"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_status_1(run, capsys, options, match):
+    folder, config = run
+    assert main(generate(config, folder, *options)) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("nnx: error: ") and match in err
+    assert "Traceback" not in err
+
+
+def test_a_vocabulary_that_differs_is_located_at_the_data_path(run, capsys):
+    folder, config = run
+    (folder / "dog.txt").write_text("the dog sat on the log. " * 300, encoding="utf-8")
+    argv = generate(config, folder, "--prompt", "the", "data.path=dog.txt")
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "does not fit the config's data" in err and "gpt.yaml:" in err
+    assert "data.path: the checkpoint's character vocabulary (11 characters) differs" in err
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        (["--prompt", "t", "--max-tokens", "0"], "expected a whole number >= 1, got '0'"),
+        (["--prompt", "t", "--temperature", "-1"], "expected a number >= 0"),
+        (["--prompt", "t", "--temperature", "nan"], "expected a number >= 0"),
+        (["--prompt", "t", "--top-k", "x"], "expected a whole number >= 1, got 'x'"),
+        (["--prompt", "t", "--seed", "-2"], "expected a whole number >= 0, got '-2'"),
+        ([], "the following arguments are required: --prompt"),
+    ],
+)
+def test_bad_options_are_usage_errors(run, capsys, options, match):
+    folder, config = run
+    with pytest.raises(SystemExit) as exit_:
+        main(generate(config, folder, *options))
+    assert exit_.value.code == 2 and match in capsys.readouterr().err
+
+
+def test_two_files_is_a_usage_error(run, capsys):
+    folder, config = run
+    argv = ["generate", str(config), str(config), "--checkpoint", "x", "--prompt", "t"]
+    assert main(argv) == 2
+    assert "give one config FILE" in capsys.readouterr().err

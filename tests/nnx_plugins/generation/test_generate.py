@@ -1,0 +1,162 @@
+"""generate(): a trained character-level GPT continues the text it learned, from its config and
+checkpoint; the vocabulary comes from the checkpoint; every bad input is a located error."""
+
+import pytest
+import yaml
+
+import nnx_plugins
+from nnx_plugins import (
+    CheckpointError,
+    ConfigError,
+    DataError,
+    Generation,
+    GenerationError,
+    generate,
+    train,
+)
+
+from .gpt import gpt_config
+
+TEXT = "the cat sat on the mat. " * 300
+CHARACTERS = "".join(sorted(set(TEXT)))  # ' .acehmnost'
+SEQ = 16
+
+
+def write_run_config(folder, text_name="cat.txt"):
+    model = gpt_config(vocab=len(CHARACTERS), length=SEQ)
+    model["layers"][0]["embedding_init"] = {"type": "normal", "stddev": 0.02}
+    model["layers"][1]["embedding_init"] = {"type": "normal", "stddev": 0.02}
+    config = {
+        "model": model,
+        "task": {"type": "language_model"},
+        "data": {"type": "text", "path": text_name, "level": "characters", "seq_len": SEQ},
+        "optimizer": {"type": "adam", "learning_rate": 0.01},
+        "train": {"steps": 150, "batch_size": 16, "eval_interval": 150},
+    }
+    path = folder / "gpt.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpt")
+    (folder / "cat.txt").write_text(TEXT, encoding="utf-8")
+    config = write_run_config(folder)
+    result = train(config, run_dir=folder / "run", progress=False)
+    assert result.metrics["accuracy"] > 0.9  # the pattern is learned
+    return config, folder / "run" / "checkpoints", result
+
+
+def test_a_trained_model_continues_the_text_it_learned(run):
+    config, checkpoint, result = run
+    out = generate(config, checkpoint=checkpoint, prompt="the cat s", max_tokens=6, temperature=0)
+    assert isinstance(out, Generation)
+    assert out.prompt == "the cat s" and out.text == "at on "
+    assert len(out.tokens) == 6 and all(0 <= t < len(CHARACTERS) for t in out.tokens)
+    assert out.step == 150 and out.checkpoint == result.checkpoint and out.seconds > 0
+    filled = generate(config, checkpoint=checkpoint, prompt="the cat", temperature=0)
+    assert filled.text == "the cat sat on the mat. "[7:SEQ]  # as many as the model holds
+
+
+def test_a_prompt_that_fills_the_model(run):
+    config, checkpoint, _ = run
+    with pytest.raises(GenerationError, match="make 17 tokens, past the model's maximum length"):
+        generate(config, checkpoint=checkpoint, prompt="the cat sat on t")
+
+
+def test_sampling_is_seeded_and_stays_in_the_vocabulary(run):
+    config, checkpoint, _ = run
+    options = dict(checkpoint=checkpoint, prompt="t", max_tokens=SEQ - 1, temperature=2.0)
+    first = generate(config, **options, seed=1)
+    assert generate(config, **options, seed=1).text == first.text
+    assert set(first.text) <= set(CHARACTERS) and len(first.text) == SEQ - 1
+    assert (
+        generate(config, **options, top_k=1).text
+        == generate(config, **{**options, "temperature": 0}).text
+    )
+
+
+def test_the_public_names():
+    assert nnx_plugins.generate is generate and nnx_plugins.Generation is Generation
+    assert issubclass(GenerationError, nnx_plugins.NnxError)
+    assert nnx_plugins.decode.__name__ == "decode"
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+def test_a_character_outside_the_vocabulary_is_named_with_its_position(run):
+    config, checkpoint, _ = run
+    with pytest.raises(
+        GenerationError,
+        match=r"the prompt 'the dog': the character 'd' \(position 4\) is not in the vocabulary "
+        r"of 11 characters",
+    ):
+        generate(config, checkpoint=checkpoint, prompt="the dog")
+
+
+def test_an_empty_prompt(run):
+    config, checkpoint, _ = run
+    with pytest.raises(GenerationError, match="the prompt must be non-empty text, got ''"):
+        generate(config, checkpoint=checkpoint, prompt="")
+
+
+def test_max_tokens_past_the_models_maximum_length(run):
+    config, checkpoint, _ = run
+    with pytest.raises(
+        GenerationError,
+        match=r"a prompt of 3 tokens and max_tokens=14 make 17 tokens, past the model's maximum "
+        r"length of 16 \(the max_length of its PositionEmbed at model.layers\[1\]\)",
+    ):
+        generate(config, checkpoint=checkpoint, prompt="the", max_tokens=14)
+
+
+def test_a_vocabulary_that_differs_between_the_checkpoint_and_the_data(run, tmp_path):
+    config, checkpoint, _ = run
+    (tmp_path / "dog.txt").write_text("the dog sat on the log. " * 300, encoding="utf-8")
+    other = nnx_plugins.load_config(config, overrides=[f"data.path={tmp_path / 'dog.txt'}"])
+    with pytest.raises(
+        GenerationError,
+        match=r"step_00000150 does not fit the config's data: .*gpt.yaml:\d+:\d+: data.path: the "
+        r"checkpoint's character vocabulary \(11 characters\) differs from this text's \(12\): "
+        r"new characters 'dgl', missing characters 'cm'",
+    ):
+        generate(other, checkpoint=checkpoint, prompt="the")
+
+
+def test_a_checkpoint_without_a_text_vocabulary(run, tmp_path):
+    config, _, _ = run
+    model = nnx_plugins.build({"type": "Linear", "in_features": 2, "out_features": 3})
+    where = nnx_plugins.save(model, tmp_path / "plain", step=1)
+    with pytest.raises(GenerationError, match="records no text vocabulary"):
+        generate(config, checkpoint=where, prompt="the")
+
+
+def test_missing_checkpoint_and_data_and_a_bad_config(run, tmp_path):
+    config, checkpoint, _ = run
+    with pytest.raises(CheckpointError, match="no such directory"):
+        generate(config, checkpoint=tmp_path / "nowhere", prompt="the")
+    gone = nnx_plugins.load_config(config, overrides=[f"data.path={tmp_path / 'gone.txt'}"])
+    with pytest.raises(DataError, match=r"data.path: .*gone.txt"):
+        generate(gone, checkpoint=checkpoint, prompt="the")
+    with pytest.raises(ConfigError, match="max_tokens"):  # (a config key that does not exist)
+        generate(
+            nnx_plugins.load_config(config, overrides=["train.max_tokens=3"]),
+            checkpoint=checkpoint,
+            prompt="the",
+        )
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"max_tokens": 0}, "max_tokens must be a whole number >= 1, got 0"),
+        ({"temperature": -0.5}, "temperature must be a number >= 0"),
+        ({"top_k": 0}, "top_k must be a whole number >= 1 or None"),
+    ],
+)
+def test_bad_arguments(run, options, match):
+    config, checkpoint, _ = run
+    with pytest.raises(GenerationError, match=match):
+        generate(config, checkpoint=checkpoint, prompt="the", **options)
