@@ -31,11 +31,11 @@ from ._dot_product_attention import (
     dot_product_attention_weights as dot_product_attention_weights,
 )
 from ._dropout import Dropout as Dropout
+from ._einsum import Einsum as Einsum
 from ._group_norm import GroupNorm as GroupNorm
 from ._group_norm import InstanceNorm as InstanceNorm
 from ._linear import Embed as Embed
 from ._linear import Linear as Linear
-from ._linear_general import Einsum as Einsum
 from ._linear_general import LinearGeneral as LinearGeneral
 from ._lora import LoRA as LoRA
 from ._lora import LoRALinear as LoRALinear

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from nnx_core import Cache, Module, Rngs, RngStream
 
 from . import initializers
-from ._checks import Dtype, as_input, check_positive_int, metadata
+from ._checks import Dtype, PromoteDtypeFn, as_input, check_positive_int, metadata, promote_dtype
 from ._constraints import Rate, Size
 from ._dot_product_attention import dot_product_attention
 from ._linear_general import LinearGeneral
@@ -109,6 +109,13 @@ class MultiHeadAttention(Module):
         decode: whether calls decode one position with the cache; ``None`` means the call
             must say.
         normalize_qk: normalize query and key heads with `LayerNorm` (no bias).
+        qkv_promote_dtype: ``promote_dtype`` of the ``query``/``key``/``value`` projections.
+        out_promote_dtype: ``promote_dtype`` of the ``out`` projection.
+        ln_promote_dtype: ``promote_dtype`` of ``query_ln``/``key_ln``.
+        qkv_dot_general: ``dot_general`` of the query/key/value projections (`LinearGeneral`).
+        out_dot_general: ``dot_general`` of the ``out`` projection.
+        qkv_dot_general_cls: ``dot_general_cls`` of the query/key/value projections.
+        out_dot_general_cls: ``dot_general_cls`` of the ``out`` projection.
         rngs: random streams: ``params`` for the weights; with ``dropout_rate > 0`` and
             ``keep_rngs`` a ``dropout`` stream forked from it is kept for the calls.
         keep_rngs: keep a dropout stream on the layer (else the call must get ``rngs``).
@@ -163,6 +170,13 @@ class MultiHeadAttention(Module):
         attention_fn: Callable[..., jax.Array] = dot_product_attention,
         decode: bool | None = None,
         normalize_qk: bool = False,
+        qkv_promote_dtype: PromoteDtypeFn = promote_dtype,
+        out_promote_dtype: PromoteDtypeFn = promote_dtype,
+        ln_promote_dtype: PromoteDtypeFn = promote_dtype,
+        qkv_dot_general: Callable[..., jax.Array] | None = None,
+        out_dot_general: Callable[..., jax.Array] | None = None,
+        qkv_dot_general_cls: Callable[[], Callable[..., jax.Array]] | None = None,
+        out_dot_general_cls: Callable[[], Callable[..., jax.Array]] | None = None,
         rngs: Rngs,
         keep_rngs: bool = True,
         kernel_metadata: Mapping[str, Any] = _EMPTY,
@@ -210,6 +224,13 @@ class MultiHeadAttention(Module):
         self.attention_fn = attention_fn
         self.decode = decode
         self.normalize_qk = normalize_qk
+        self.qkv_promote_dtype = qkv_promote_dtype
+        self.out_promote_dtype = out_promote_dtype
+        self.ln_promote_dtype = ln_promote_dtype
+        self.qkv_dot_general = qkv_dot_general
+        self.out_dot_general = out_dot_general
+        self.qkv_dot_general_cls = qkv_dot_general_cls
+        self.out_dot_general_cls = out_dot_general_cls
         self.keep_rngs = keep_rngs
         self.kernel_metadata = metadata(kernel_metadata)
         self.out_kernel_metadata = metadata(out_kernel_metadata)
@@ -238,6 +259,9 @@ class MultiHeadAttention(Module):
             common,
             kernel_init=self.kernel_init,
             bias_init=self.bias_init,
+            promote_dtype=self.qkv_promote_dtype,
+            dot_general=self.qkv_dot_general,
+            dot_general_cls=self.qkv_dot_general_cls,
             kernel_metadata=self.kernel_metadata,
             bias_metadata=self.bias_metadata,
         )
@@ -247,7 +271,12 @@ class MultiHeadAttention(Module):
         self.query_ln: LayerNorm | None = None
         self.key_ln: LayerNorm | None = None
         if self.normalize_qk:
-            norm = dict(use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype)
+            norm = dict(
+                use_bias=False,
+                dtype=self.dtype,
+                param_dtype=self.param_dtype,
+                promote_dtype=self.ln_promote_dtype,
+            )
             self.query_ln = LayerNorm(
                 self.head_dim, **norm, scale_metadata=self.query_ln_scale_metadata, rngs=rngs
             )
@@ -262,6 +291,9 @@ class MultiHeadAttention(Module):
                 common,
                 kernel_init=self.out_kernel_init,
                 bias_init=self.out_bias_init,
+                promote_dtype=self.out_promote_dtype,
+                dot_general=self.out_dot_general,
+                dot_general_cls=self.out_dot_general_cls,
                 kernel_metadata=self.out_kernel_metadata or self.kernel_metadata,
                 bias_metadata=self.out_bias_metadata or self.bias_metadata,
             ),
@@ -279,6 +311,8 @@ class MultiHeadAttention(Module):
         sow_weights: bool = False,
         decode: bool | None = None,
         is_causal: bool = False,
+        out_sharding: Any = None,
+        qkv_sharding: Any = None,
     ) -> jax.Array:
         """Attend from ``inputs_q`` to ``inputs_k`` (default: ``inputs_q``) / ``inputs_v``.
 
@@ -296,6 +330,9 @@ class MultiHeadAttention(Module):
                 ``attention_weights``.
             decode: overrides the layer's ``decode`` for this call.
             is_causal: also mask keys after each query position (implied when decoding).
+            out_sharding: how the output is laid out over the mesh (see `Linear`).
+            qkv_sharding: how the projected queries, keys and values
+                ``(batch..., length, heads, head_dim)`` are laid out over the mesh.
 
         Returns:
             ``(batch..., q_length, out_features)``.
@@ -311,9 +348,9 @@ class MultiHeadAttention(Module):
         """
         inputs_k, inputs_v = self._inputs(inputs_q, inputs_k, inputs_v)
         decode = self._flag("decode", decode, self.decode)
-        query = self.query(inputs_q)
-        key = self.key(inputs_k)
-        value = self.value(inputs_v)
+        query = self.query(inputs_q, out_sharding=qkv_sharding)
+        key = self.key(inputs_k, out_sharding=qkv_sharding)
+        value = self.value(inputs_v, out_sharding=qkv_sharding)
         if self.query_ln is not None and self.key_ln is not None:
             query, key = self.query_ln(query), self.key_ln(key)
         if decode:
@@ -336,7 +373,7 @@ class MultiHeadAttention(Module):
             module=self if sow_weights else None,
             is_causal=is_causal,
         )
-        return self.out(x)
+        return self.out(x, out_sharding=out_sharding)
 
     def _inputs(self, q: Any, k: Any, v: Any) -> tuple[jax.Array, jax.Array]:
         if k is None and v is not None:
@@ -414,7 +451,8 @@ class MultiHeadAttention(Module):
             )
         index = self.cache_index.value
         past = _past_the_end(index, max_length)
-        start = (0,) * len(batch) + (index, 0, 0)
+        # every start index in the index's dtype (Python ints are int64 under jax x64)
+        start = tuple(jnp.asarray(i, index.dtype) for i in (0,) * len(batch) + (index, 0, 0))
         key = jax.lax.dynamic_update_slice(cache, key.astype(cache.dtype), start)
         value = jax.lax.dynamic_update_slice(
             self.cached_value.value, value.astype(cache.dtype), start

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from nnx_core import Intermediate, Module
 
-from ._checks import Dtype, promote_dtype
+from ._checks import Dtype, PromoteDtypeFn, promote_dtype
 from ._constraints import Rate
 
 __all__ = ["dot_product_attention", "dot_product_attention_weights"]
@@ -34,8 +34,8 @@ def _check_qk(name: str, query: jax.Array, key: jax.Array) -> None:
         )
     if query.shape[-2] % key.shape[-2]:
         raise ValueError(
-            f"{name} needs a number of query heads ({query.shape[-2]}) that is a multiple of "
-            f"the key/value heads ({key.shape[-2]}), got query {query.shape} and key "
+            f"{name}: the number of query heads ({query.shape[-2]}) must be a multiple of the "
+            f"number of key/value heads ({key.shape[-2]}), got query {query.shape} and key "
             f"{key.shape}."
         )
 
@@ -81,6 +81,7 @@ def dot_product_attention_weights(
     dtype: Dtype | None = None,
     precision: Any = None,
     module: Module | None = None,
+    promote_dtype: PromoteDtypeFn = promote_dtype,
     is_causal: bool = False,
 ) -> jax.Array:
     """``softmax(query @ key / sqrt(depth) + bias)`` over the keys, masked, with dropout.
@@ -98,6 +99,8 @@ def dot_product_attention_weights(
         precision: ``jax.lax.Precision`` of the contraction.
         module: if given, the weights are recorded with ``module.sow(Intermediate,
             "attention_weights", weights)``.
+        promote_dtype: brings ``(query, key)`` to one dtype, called with ``dtype=dtype``
+            (see `promote_dtype`).
         is_causal: also mask key positions after each query position.
 
     Returns:
@@ -118,7 +121,7 @@ def dot_product_attention_weights(
         Array([0.33333334, 0.33333334, 0.33333334, 0.        , 0.        ], dtype=float32)
     """
     name = "dot_product_attention_weights"
-    query, key = promote_dtype((query, key), dtype=dtype)
+    query, key = promote_dtype((query, key), dtype=dtype)  # (the argument, not the module's)
     dtype = query.dtype
     _check_qk(name, query, key)
     target = _weights_shape(query, key)
@@ -189,6 +192,7 @@ def dot_product_attention(
     dtype: Dtype | None = None,
     precision: Any = None,
     module: Module | None = None,
+    promote_dtype: PromoteDtypeFn = promote_dtype,
     is_causal: bool = False,
 ) -> jax.Array:
     """Attention: the `dot_product_attention_weights` applied to ``value``.
@@ -211,6 +215,8 @@ def dot_product_attention(
         dtype: computation dtype; ``None`` promotes the three inputs together.
         precision: see `dot_product_attention_weights`.
         module: see `dot_product_attention_weights`.
+        promote_dtype: brings ``(query, key, value)`` to one dtype, called with
+            ``dtype=dtype`` (see `promote_dtype`).
         is_causal: see `dot_product_attention_weights`.
 
     Returns:
@@ -248,6 +254,7 @@ def dot_product_attention(
         dtype=query.dtype,
         precision=precision,
         module=module,
+        promote_dtype=promote_dtype,
         is_causal=is_causal,
     )
     heads, kv_heads = query.shape[-2], key.shape[-2]

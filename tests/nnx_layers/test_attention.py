@@ -347,8 +347,10 @@ def test_call_errors_on_inputs_and_masks():
         layer(x)
     with pytest.raises(ValueError, match="got inputs_v but no inputs_k"):
         layer(x, None, jnp.ones((B, T, 6)))
-    with pytest.raises(TypeError, match="MultiHeadAttention expects a floating-point input"):
-        layer(jnp.ones((B, T, F), jnp.int32), jnp.ones((B, T, 6)))
+    with pytest.raises(
+        TypeError, match="MultiHeadAttention expects a numeric input, got dtype key"
+    ):
+        layer(jax.random.split(jax.random.key(0), (B, T, F)), jnp.ones((B, T, 6)))
     with pytest.raises(
         ValueError, match=r"mask of shape \(2, 3, 5, 5\) does not broadcast to .* = \(2, 2, 5, 5\)"
     ):

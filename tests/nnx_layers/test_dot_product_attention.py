@@ -148,7 +148,8 @@ def test_shape_errors():
     ):
         dot_product_attention_weights(q, k[..., :2])
     with pytest.raises(
-        ValueError, match=r"query heads \(2\) that is a multiple of the key/value heads \(3\)"
+        ValueError,
+        match=r"query heads \(2\) must be a multiple of the number of key/value heads \(3\)",
     ):
         dot_product_attention(q, jnp.ones((2, 6, 3, 3)), jnp.ones((2, 6, 3, 4)))
     with pytest.raises(
