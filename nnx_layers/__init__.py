@@ -20,6 +20,7 @@ from ._cells import LSTMCell as LSTMCell
 from ._cells import OptimizedLSTMCell as OptimizedLSTMCell
 from ._cells import RNNCellBase as RNNCellBase
 from ._cells import SimpleCell as SimpleCell
+from ._checks import promote_dtype as promote_dtype
 from ._containers import Flatten as Flatten
 from ._containers import Parallel as Parallel
 from ._containers import Residual as Residual
@@ -133,4 +134,5 @@ __all__ = [
     "WeightNorm",
     "SpectralNorm",
     "Reshape",
+    "promote_dtype",
 ]

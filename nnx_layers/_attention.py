@@ -506,3 +506,44 @@ class MultiHeadAttention(Module):
         self.cached_key = Cache(jnp.zeros(cache_shape, dtype))
         self.cached_value = Cache(jnp.zeros(cache_shape, dtype))
         self.cache_index = Cache(jnp.array(0, dtype=jnp.int32))
+
+    def set_view(
+        self,
+        deterministic: bool | None = None,
+        decode: bool | None = None,
+        batch_size: int | Sequence[int] | None = None,
+        max_length: int | None = None,
+    ) -> None:
+        """Set ``deterministic``/``decode`` (for ``nnx.view``; None leaves them).
+
+        Switching to ``decode=True`` without a cache creates one (see `init_cache`) for
+        ``batch_size`` sequences (an int or a batch shape) of ``max_length`` positions, in the
+        layer's ``dtype`` (float32 if None).
+
+        Raises:
+            TypeError: ``decode=True`` without a cache and without ``batch_size`` or
+                ``max_length``.
+
+        Example:
+            >>> from nnx_core import Rngs
+            >>> from nnx_layers import MultiHeadAttention
+            >>> layer = MultiHeadAttention(2, 6, rngs=Rngs(0))
+            >>> layer.set_view(deterministic=True, decode=True, batch_size=3, max_length=10)
+            >>> layer.decode, layer.cached_key.value.shape
+            (True, (3, 10, 2, 3))
+        """
+        if deterministic is not None:
+            self.deterministic = deterministic
+        if decode is None:
+            return
+        self.decode = decode
+        if decode and self.cached_key is None:
+            if batch_size is None or max_length is None:
+                raise TypeError(
+                    f"{_NAME}.set_view(decode=True) creates the decoding cache, so it needs "
+                    f"'batch_size' and 'max_length', got batch_size={batch_size!r}, max_length="
+                    f"{max_length!r}. Pass both, or call init_cache first."
+                )
+            batch = (batch_size,) if isinstance(batch_size, int) else tuple(batch_size)
+            dtype = jnp.float32 if self.dtype is None else self.dtype
+            self.init_cache((*batch, max_length, self.in_features), dtype=dtype)

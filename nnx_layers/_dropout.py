@@ -124,6 +124,9 @@ class Dropout(Module):
         # the entries row-major), but much faster to compile for high-rank shapes.
         mask = jax.random.bernoulli(key, p=keep, shape=(math.prod(mask_shape),))
         mask = jnp.broadcast_to(mask.reshape(mask_shape), inputs.shape)
+        spec = jax.typeof(inputs).sharding.spec
+        if any(entry is not None for entry in spec):  # laid out over Explicit mesh axes
+            mask = jax.sharding.reshard(mask, spec)
         return jax.lax.select(mask, inputs / keep, jnp.zeros_like(inputs))
 
     def _key(self, rngs: Any) -> jax.Array:

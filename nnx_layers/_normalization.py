@@ -187,6 +187,20 @@ class BatchNorm(Module):
         self.mean.value = new_mean.astype(running_mean.dtype)
         self.var.value = new_var.astype(running_var.dtype)
 
+    def set_view(self, use_running_average: bool | None = None) -> None:
+        """Set ``use_running_average`` (for ``nnx.view``; None leaves it).
+
+        Example:
+            >>> from nnx_core import Rngs
+            >>> from nnx_layers import BatchNorm
+            >>> bn = BatchNorm(3, rngs=Rngs(0))
+            >>> bn.set_view(use_running_average=True)
+            >>> bn.use_running_average
+            True
+        """
+        if use_running_average is not None:
+            self.use_running_average = use_running_average
+
 
 class LayerNorm(Module):
     """Layer normalization: normalize each example over ``reduction_axes``.

@@ -311,3 +311,24 @@ def test_circular_transposed_kernel_is_the_gradient_of_circular_conv(
     grid = tuple(n * s for n, s in zip(sizes, stride_tuple))
     _, vjp = jax.vjp(conv, jnp.zeros((1, *grid, 2)))
     np.testing.assert_allclose(up(x), vjp(x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_conv_general_dilated_hook_matches_flax(copy_params, assert_close):
+    def doubled(*args, **kwargs):
+        return 2 * jax.lax.conv_general_dilated(*args, **kwargs)
+
+    ours = Conv(2, 3, (3,), conv_general_dilated=doubled, kernel_init=zeros, rngs=Rngs(0))
+    theirs = fnnx.Conv(
+        2,
+        3,
+        (3,),
+        conv_general_dilated=doubled,
+        kernel_init=fnnx.initializers.zeros,
+        rngs=fnnx.Rngs(0),
+    )
+    copy_params(ours, theirs, ["kernel", "bias"])
+    x = jnp.linspace(-1, 1, 10).reshape(1, 5, 2)
+    assert_close(ours(x), theirs(x))
+    plain = Conv(2, 3, (3,), kernel_init=zeros, rngs=Rngs(0))
+    plain.kernel.value, plain.bias.value = ours.kernel.value, ours.bias.value
+    assert_close(ours(x) - ours.bias.value, 2 * (plain(x) - plain.bias.value))

@@ -301,3 +301,13 @@ def test_norm_errors(cls):
         cls(3, reduction_axes=-3, rngs=Rngs(0))(jnp.ones((2, 3)))
     with pytest.raises(ValueError, match=f"{name} epsilon must be a finite non-negative number"):
         cls(3, epsilon="small", rngs=Rngs(0))
+
+
+def test_batchnorm_set_view():
+    bn = BatchNorm(3, rngs=Rngs(0))
+    bn.set_view()
+    assert bn.use_running_average is False
+    bn.set_view(use_running_average=True)
+    x = jnp.arange(6.0).reshape(2, 3)
+    np.testing.assert_allclose(bn(x), x / jnp.sqrt(1 + bn.epsilon), rtol=1e-6)
+    np.testing.assert_array_equal(bn.mean.value, jnp.zeros(3))
