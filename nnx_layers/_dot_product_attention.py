@@ -21,16 +21,21 @@ __all__ = ["dot_product_attention", "dot_product_attention_weights"]
 
 
 def _check_qk(name: str, query: jax.Array, key: jax.Array) -> None:
-    if query.ndim < 3 or key.ndim != query.ndim or key.shape[:-3] != query.shape[:-3]:
+    layout = "(batch..., length, heads, depth)"
+    if query.ndim < 3 or key.ndim != query.ndim:
         raise ValueError(
-            f"{name} needs query and key of shapes (batch..., length, heads, depth) with the "
-            f"same batch axes, got {query.shape} and {key.shape}. Split the features into "
-            f"heads first, e.g. x.reshape(*x.shape[:-1], heads, depth)."
+            f"{name}: query and key must have same rank, both {layout} with the same batch "
+            f"axes, got {query.shape} and {key.shape}. Split the features into heads first, "
+            f"e.g. x.reshape(*x.shape[:-1], heads, depth)."
+        )
+    if key.shape[:-3] != query.shape[:-3]:
+        raise ValueError(
+            f"{name}: query and key batch dims must match ({layout}), got {query.shape} and "
+            f"{key.shape}. Broadcast them to one batch shape first."
         )
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(
-            f"{name} needs query and key of the same depth (last axis), got {query.shape} and "
-            f"{key.shape}."
+            f"{name}: q, k depths must match (the last axis), got {query.shape} and {key.shape}."
         )
     if query.shape[-2] % key.shape[-2]:
         raise ValueError(
@@ -41,10 +46,19 @@ def _check_qk(name: str, query: jax.Array, key: jax.Array) -> None:
 
 
 def _check_value(name: str, key: jax.Array, value: jax.Array) -> None:
-    if value.ndim != key.ndim or value.shape[:-1] != key.shape[:-1]:
+    if value.ndim != key.ndim or value.shape[:-3] != key.shape[:-3]:
         raise ValueError(
-            f"{name} needs key and value with the same batch axes, length and heads "
+            f"{name}: key and value must have same rank and batch dims must match "
             f"(batch..., kv_length, kv_heads, depth), got {key.shape} and {value.shape}."
+        )
+    if value.shape[-3] != key.shape[-3]:
+        raise ValueError(
+            f"{name}: k, v lengths must match (axis -3), got {key.shape} and {value.shape}."
+        )
+    if value.shape[-2] != key.shape[-2]:
+        raise ValueError(
+            f"{name}: key and value must have the same number of heads (axis -2), got "
+            f"{key.shape} and {value.shape}."
         )
 
 
