@@ -1,9 +1,6 @@
 """``out_sharding=`` on the layers' calls: honoured over a mesh of 4 host devices (Explicit axes:
 the op's own ``out_sharding``; Auto axes: a sharding constraint), and its error paths."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -15,6 +12,8 @@ from jax.sharding import PartitionSpec as P
 
 from nnx_core import Rngs
 from nnx_layers import Linear
+
+from ..nnx_core.probe import run_in_devices
 
 _SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp
@@ -73,18 +72,9 @@ _SCRIPT = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def shardings():
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-    }
-    out = subprocess.run(
-        [sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = [line.split(" ", 1) for line in out.stdout.strip().splitlines()]
     found: dict[str, list[str]] = {}
-    for name, value in lines:
+    for line in run_in_devices(_SCRIPT, 4).strip().splitlines():
+        name, value = line.split(" ", 1)
         found.setdefault(name, []).append(value)
     return found
 
