@@ -102,8 +102,9 @@ class LinearGeneral(Module):
         precision: ``jax.lax.Precision`` for the contraction.
         promote_dtype: brings ``(inputs, kernel, bias)`` to one dtype, called with
             ``dtype=dtype`` (see `promote_dtype`: integer inputs become float32).
-        dot_general: the contraction, called as ``jax.lax.dot_general`` is (the default,
-            ``None``); it gets ``preferred_element_type``/``out_sharding`` only when set.
+        dot_general: the contraction, called as ``jax.lax.dot_general`` is (the default;
+            ``None`` means it too); it gets ``preferred_element_type``/``out_sharding`` only
+            when they are set.
         dot_general_cls: a class whose instance (made at each call) is the contraction; it
             takes precedence over ``dot_general``.
         preferred_element_type: accumulation/result dtype passed to ``lax.dot_general``.
@@ -144,7 +145,7 @@ class LinearGeneral(Module):
         bias_init: Initializer = initializers.zeros,
         precision: Any = None,
         promote_dtype: PromoteDtypeFn = promote_dtype,
-        dot_general: Callable[..., jax.Array] | None = None,
+        dot_general: Callable[..., jax.Array] | None = jax.lax.dot_general,
         dot_general_cls: Callable[[], Callable[..., jax.Array]] | None = None,
         preferred_element_type: Dtype | None = None,
         rngs: Rngs,
