@@ -20,6 +20,7 @@ from ._cells import LSTMCell as LSTMCell
 from ._cells import OptimizedLSTMCell as OptimizedLSTMCell
 from ._cells import RNNCellBase as RNNCellBase
 from ._cells import SimpleCell as SimpleCell
+from ._checks import promote_dtype as promote_dtype
 from ._containers import Flatten as Flatten
 from ._containers import Parallel as Parallel
 from ._containers import Residual as Residual
@@ -31,11 +32,11 @@ from ._dot_product_attention import (
     dot_product_attention_weights as dot_product_attention_weights,
 )
 from ._dropout import Dropout as Dropout
+from ._einsum import Einsum as Einsum
 from ._group_norm import GroupNorm as GroupNorm
 from ._group_norm import InstanceNorm as InstanceNorm
 from ._linear import Embed as Embed
 from ._linear import Linear as Linear
-from ._linear_general import Einsum as Einsum
 from ._linear_general import LinearGeneral as LinearGeneral
 from ._lora import LoRA as LoRA
 from ._lora import LoRALinear as LoRALinear
@@ -135,4 +136,5 @@ __all__ = [
     "SpectralNorm",
     "Reshape",
     "PositionEmbed",
+    "promote_dtype",
 ]

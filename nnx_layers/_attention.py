@@ -11,7 +11,15 @@ import jax.numpy as jnp
 from nnx_core import Cache, Module, Rngs, RngStream
 
 from . import initializers
-from ._checks import Dtype, as_input, check_positive_int, check_sequence_shape, metadata
+from ._checks import (
+    Dtype,
+    PromoteDtypeFn,
+    as_input,
+    check_positive_int,
+    check_sequence_shape,
+    metadata,
+    promote_dtype,
+)
 from ._constraints import Rate, Size
 from ._dot_product_attention import dot_product_attention
 from ._linear_general import LinearGeneral
@@ -120,6 +128,13 @@ class MultiHeadAttention(Module):
         is_causal: mask keys after each query position in every call that does not say
             otherwise (a decoder's self-attention, e.g. a GPT block built from a config);
             decoding is causal either way. Not in flax.nnx, where only the call takes it.
+        qkv_promote_dtype: ``promote_dtype`` of the ``query``/``key``/``value`` projections.
+        out_promote_dtype: ``promote_dtype`` of the ``out`` projection.
+        ln_promote_dtype: ``promote_dtype`` of ``query_ln``/``key_ln``.
+        qkv_dot_general: ``dot_general`` of the query/key/value projections (`LinearGeneral`).
+        out_dot_general: ``dot_general`` of the ``out`` projection.
+        qkv_dot_general_cls: ``dot_general_cls`` of the query/key/value projections.
+        out_dot_general_cls: ``dot_general_cls`` of the ``out`` projection.
         rngs: random streams: ``params`` for the weights; with ``dropout_rate > 0`` and
             ``keep_rngs`` a ``dropout`` stream forked from it is kept for the calls.
         keep_rngs: keep a dropout stream on the layer (else the call must get ``rngs``).
@@ -180,6 +195,13 @@ class MultiHeadAttention(Module):
         decode: bool | None = None,
         normalize_qk: bool = False,
         is_causal: bool = False,
+        qkv_promote_dtype: PromoteDtypeFn = promote_dtype,
+        out_promote_dtype: PromoteDtypeFn = promote_dtype,
+        ln_promote_dtype: PromoteDtypeFn = promote_dtype,
+        qkv_dot_general: Callable[..., jax.Array] | None = jax.lax.dot_general,
+        out_dot_general: Callable[..., jax.Array] | None = jax.lax.dot_general,
+        qkv_dot_general_cls: Callable[[], Callable[..., jax.Array]] | None = None,
+        out_dot_general_cls: Callable[[], Callable[..., jax.Array]] | None = None,
         rngs: Rngs,
         keep_rngs: bool = True,
         kernel_metadata: Mapping[str, Any] = _EMPTY,
@@ -228,6 +250,13 @@ class MultiHeadAttention(Module):
         self.decode = decode
         self.normalize_qk = normalize_qk
         self.is_causal = _check_bool("is_causal", is_causal)
+        self.qkv_promote_dtype = qkv_promote_dtype
+        self.out_promote_dtype = out_promote_dtype
+        self.ln_promote_dtype = ln_promote_dtype
+        self.qkv_dot_general = qkv_dot_general
+        self.out_dot_general = out_dot_general
+        self.qkv_dot_general_cls = qkv_dot_general_cls
+        self.out_dot_general_cls = out_dot_general_cls
         self.keep_rngs = keep_rngs
         self.kernel_metadata = metadata(kernel_metadata)
         self.out_kernel_metadata = metadata(out_kernel_metadata)
@@ -256,6 +285,9 @@ class MultiHeadAttention(Module):
             common,
             kernel_init=self.kernel_init,
             bias_init=self.bias_init,
+            promote_dtype=self.qkv_promote_dtype,
+            dot_general=self.qkv_dot_general,
+            dot_general_cls=self.qkv_dot_general_cls,
             kernel_metadata=self.kernel_metadata,
             bias_metadata=self.bias_metadata,
         )
@@ -265,7 +297,12 @@ class MultiHeadAttention(Module):
         self.query_ln: LayerNorm | None = None
         self.key_ln: LayerNorm | None = None
         if self.normalize_qk:
-            norm = dict(use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype)
+            norm = dict(
+                use_bias=False,
+                dtype=self.dtype,
+                param_dtype=self.param_dtype,
+                promote_dtype=self.ln_promote_dtype,
+            )
             self.query_ln = LayerNorm(
                 self.head_dim, **norm, scale_metadata=self.query_ln_scale_metadata, rngs=rngs
             )
@@ -280,6 +317,9 @@ class MultiHeadAttention(Module):
                 common,
                 kernel_init=self.out_kernel_init,
                 bias_init=self.out_bias_init,
+                promote_dtype=self.out_promote_dtype,
+                dot_general=self.out_dot_general,
+                dot_general_cls=self.out_dot_general_cls,
                 kernel_metadata=self.out_kernel_metadata or self.kernel_metadata,
                 bias_metadata=self.out_bias_metadata or self.bias_metadata,
             ),
@@ -297,6 +337,8 @@ class MultiHeadAttention(Module):
         sow_weights: bool = False,
         decode: bool | None = None,
         is_causal: bool | None = None,
+        out_sharding: Any = None,
+        qkv_sharding: Any = None,
     ) -> jax.Array:
         """Attend from ``inputs_q`` to ``inputs_k`` (default: ``inputs_q``) / ``inputs_v``.
 
@@ -315,6 +357,9 @@ class MultiHeadAttention(Module):
             decode: overrides the layer's ``decode`` for this call.
             is_causal: also mask keys after each query position (implied when decoding);
                 ``None`` means the layer's ``is_causal``.
+            out_sharding: how the output is laid out over the mesh (see `Linear`).
+            qkv_sharding: how the projected queries, keys and values
+                ``(batch..., length, heads, head_dim)`` are laid out over the mesh.
 
         Returns:
             ``(batch..., q_length, out_features)``.
@@ -330,9 +375,9 @@ class MultiHeadAttention(Module):
         """
         inputs_k, inputs_v = self._inputs(inputs_q, inputs_k, inputs_v)
         decode = self._flag("decode", decode, self.decode)
-        query = self.query(inputs_q)
-        key = self.key(inputs_k)
-        value = self.value(inputs_v)
+        query = self.query(inputs_q, out_sharding=qkv_sharding)
+        key = self.key(inputs_k, out_sharding=qkv_sharding)
+        value = self.value(inputs_v, out_sharding=qkv_sharding)
         if self.query_ln is not None and self.key_ln is not None:
             query, key = self.query_ln(query), self.key_ln(key)
         is_causal = self.is_causal if is_causal is None else is_causal
@@ -356,7 +401,7 @@ class MultiHeadAttention(Module):
             module=self if sow_weights else None,
             is_causal=is_causal,
         )
-        return self.out(x)
+        return self.out(x, out_sharding=out_sharding)
 
     def _inputs(self, q: Any, k: Any, v: Any) -> tuple[jax.Array, jax.Array]:
         if k is None and v is not None:
@@ -440,7 +485,8 @@ class MultiHeadAttention(Module):
             # every later step attends to; poisoning the step, not the cache, keeps the cache
             # update in place: a whole-cache select per step doubled a decoding step's time)
             value = jnp.where(past, jnp.full_like(value, jnp.nan), value)
-        start = (0,) * len(batch) + (index, 0, 0)
+        # every start index in the index's dtype (Python ints are int64 under jax x64)
+        start = tuple(jnp.asarray(i, index.dtype) for i in (0,) * len(batch) + (index, 0, 0))
         key = jax.lax.dynamic_update_slice(cache, key.astype(cache.dtype), start)
         value = jax.lax.dynamic_update_slice(self.cached_value.value, value, start)
         self.cached_key.value = key
@@ -483,3 +529,44 @@ class MultiHeadAttention(Module):
         self.cached_key = Cache(jnp.zeros(cache_shape, dtype))
         self.cached_value = Cache(jnp.zeros(cache_shape, dtype))
         self.cache_index = Cache(jnp.array(0, dtype=jnp.int32))
+
+    def set_view(
+        self,
+        deterministic: bool | None = None,
+        decode: bool | None = None,
+        batch_size: int | Sequence[int] | None = None,
+        max_length: int | None = None,
+    ) -> None:
+        """Set ``deterministic``/``decode`` (for ``nnx.view``; None leaves them).
+
+        Switching to ``decode=True`` without a cache creates one (see `init_cache`) for
+        ``batch_size`` sequences (an int or a batch shape) of ``max_length`` positions, in the
+        layer's ``dtype`` (float32 if None).
+
+        Raises:
+            TypeError: ``decode=True`` without a cache and without ``batch_size`` or
+                ``max_length``.
+
+        Example:
+            >>> from nnx_core import Rngs
+            >>> from nnx_layers import MultiHeadAttention
+            >>> layer = MultiHeadAttention(2, 6, rngs=Rngs(0))
+            >>> layer.set_view(deterministic=True, decode=True, batch_size=3, max_length=10)
+            >>> layer.decode, layer.cached_key.value.shape
+            (True, (3, 10, 2, 3))
+        """
+        if deterministic is not None:
+            self.deterministic = deterministic
+        if decode is None:
+            return
+        self.decode = decode
+        if decode and self.cached_key is None:
+            if batch_size is None or max_length is None:
+                raise TypeError(
+                    f"{_NAME}.set_view(decode=True) creates the decoding cache, so it needs "
+                    f"'batch_size' and 'max_length', got batch_size={batch_size!r}, max_length="
+                    f"{max_length!r}. Pass both, or call init_cache first."
+                )
+            batch = (batch_size,) if isinstance(batch_size, int) else tuple(batch_size)
+            dtype = jnp.float32 if self.dtype is None else self.dtype
+            self.init_cache((*batch, max_length, self.in_features), dtype=dtype)

@@ -16,7 +16,15 @@ import jax.numpy as jnp
 from nnx_core import Module, Rngs, RngStream
 
 from . import initializers
-from ._checks import Dtype, as_input, check_last_axis, check_positive_int, metadata
+from ._checks import (
+    Dtype,
+    PromoteDtypeFn,
+    as_input,
+    check_last_axis,
+    check_positive_int,
+    metadata,
+    promote_dtype,
+)
 from ._constraints import Size
 from ._linear import Linear
 from .activations import sigmoid, tanh
@@ -148,6 +156,7 @@ def _dense(cell: RNNCellBase, sizes: tuple[int, int], *, recurrent: bool, rngs: 
         kernel_init=cell.recurrent_kernel_init if recurrent else cell.kernel_init,
         dtype=cell.dtype,
         param_dtype=cell.param_dtype,
+        promote_dtype=cell.promote_dtype,
         rngs=rngs,
         kernel_metadata=cell.recurrent_kernel_metadata if recurrent else cell.kernel_metadata,
     )
@@ -162,6 +171,7 @@ def _biased(cell: RNNCellBase, sizes: tuple[int, int], *, recurrent: bool, rngs:
         bias_init=cell.bias_init,
         dtype=cell.dtype,
         param_dtype=cell.param_dtype,
+        promote_dtype=cell.promote_dtype,
         rngs=rngs,
         kernel_metadata=cell.recurrent_kernel_metadata if recurrent else cell.kernel_metadata,
         bias_metadata=cell.bias_metadata,
@@ -184,6 +194,7 @@ class _GatedCell(RNNCellBase):
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         carry_init: Initializer = initializers.zeros,
+        promote_dtype: PromoteDtypeFn = promote_dtype,
         rngs: Rngs,
         kernel_metadata: Mapping[str, Any] = _EMPTY,
         recurrent_kernel_metadata: Mapping[str, Any] = _EMPTY,
@@ -201,6 +212,7 @@ class _GatedCell(RNNCellBase):
             dtype=dtype,
             param_dtype=param_dtype,
             carry_init=carry_init,
+            promote_dtype=promote_dtype,
             kernel_metadata=kernel_metadata,
             recurrent_kernel_metadata=recurrent_kernel_metadata,
             bias_metadata=bias_metadata,
@@ -231,6 +243,8 @@ class LSTMCell(_GatedCell):
         dtype: computation dtype; ``None`` promotes inputs, carry and parameters together.
         param_dtype: dtype of the parameters and of the initial carry.
         carry_init: initializer of the carry used by ``initialize_carry``.
+        promote_dtype: passed to the cell's `Linear` layers (see `promote_dtype`: integer
+            inputs become float32).
         rngs: random streams; ``rngs.params()`` initializes the parameters.
         kernel_metadata: metadata for the input kernels.
         recurrent_kernel_metadata: metadata for the hidden-state kernels.
@@ -239,7 +253,7 @@ class LSTMCell(_GatedCell):
     Raises:
         ValueError: for inputs whose last axis is not ``in_features`` or a carry that is not
             a pair of ``(batch..., hidden_features)`` arrays.
-        TypeError: for non-floating inputs.
+        TypeError: for non-numeric inputs.
 
     Example:
         >>> import jax.numpy as jnp
@@ -298,6 +312,8 @@ class OptimizedLSTMCell(_GatedCell):
         dtype: computation dtype; ``None`` promotes inputs, carry and parameters together.
         param_dtype: dtype of the parameters and of the initial carry.
         carry_init: initializer of the carry used by ``initialize_carry``.
+        promote_dtype: passed to the cell's `Linear` layers (see `promote_dtype`: integer
+            inputs become float32).
         rngs: random streams; ``rngs.params()`` initializes the parameters.
         kernel_metadata: metadata for the input kernel.
         recurrent_kernel_metadata: metadata for the hidden-state kernel.
@@ -306,7 +322,7 @@ class OptimizedLSTMCell(_GatedCell):
     Raises:
         ValueError: for inputs whose last axis is not ``in_features`` or a carry that is not
             a pair of ``(batch..., hidden_features)`` arrays.
-        TypeError: for non-floating inputs.
+        TypeError: for non-numeric inputs.
 
     Example:
         >>> import jax.numpy as jnp
@@ -359,6 +375,8 @@ class GRUCell(_GatedCell):
         dtype: computation dtype; ``None`` promotes inputs, carry and parameters together.
         param_dtype: dtype of the parameters and of the initial carry.
         carry_init: initializer of the carry used by ``initialize_carry``.
+        promote_dtype: passed to the cell's `Linear` layers (see `promote_dtype`: integer
+            inputs become float32).
         rngs: random streams; ``rngs.params()`` initializes the parameters.
         kernel_metadata: metadata for the input kernel.
         recurrent_kernel_metadata: metadata for the hidden-state kernel.
@@ -367,7 +385,7 @@ class GRUCell(_GatedCell):
     Raises:
         ValueError: for inputs whose last axis is not ``in_features`` or a carry whose last
             axis is not ``hidden_features``.
-        TypeError: for non-floating inputs.
+        TypeError: for non-numeric inputs.
 
     Example:
         >>> import jax.numpy as jnp
@@ -413,6 +431,8 @@ class SimpleCell(RNNCellBase):
         kernel_init: initializer of the input kernel.
         recurrent_kernel_init: initializer of the hidden-state kernel.
         bias_init: initializer of the bias.
+        promote_dtype: passed to the cell's `Linear` layers (see `promote_dtype`: integer
+            inputs become float32).
         rngs: random streams; ``rngs.params()`` initializes the parameters.
         kernel_metadata: metadata for the input kernel.
         recurrent_kernel_metadata: metadata for the hidden-state kernel.
@@ -421,7 +441,7 @@ class SimpleCell(RNNCellBase):
     Raises:
         ValueError: for inputs whose last axis is not ``in_features`` or a carry whose last
             axis is not ``hidden_features``.
-        TypeError: for non-floating inputs.
+        TypeError: for non-numeric inputs.
 
     Example:
         >>> import jax.numpy as jnp
@@ -446,6 +466,7 @@ class SimpleCell(RNNCellBase):
         kernel_init: Initializer = _KERNEL_INIT,
         recurrent_kernel_init: Initializer = _RECURRENT_INIT,
         bias_init: Initializer = initializers.zeros,
+        promote_dtype: PromoteDtypeFn = promote_dtype,
         rngs: Rngs,
         kernel_metadata: Mapping[str, Any] = _EMPTY,
         recurrent_kernel_metadata: Mapping[str, Any] = _EMPTY,
@@ -463,6 +484,7 @@ class SimpleCell(RNNCellBase):
             kernel_init=kernel_init,
             recurrent_kernel_init=recurrent_kernel_init,
             bias_init=bias_init,
+            promote_dtype=promote_dtype,
             kernel_metadata=kernel_metadata,
             recurrent_kernel_metadata=recurrent_kernel_metadata,
             bias_metadata=bias_metadata,

@@ -1,7 +1,7 @@
 """Shared helpers: dtype promotion and input/argument checks with clear error messages."""
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral
 from typing import Any
 
@@ -11,27 +11,73 @@ import jax.numpy as jnp
 #: A dtype given as a jnp scalar type, numpy dtype or string (``"bfloat16"``).
 Dtype = Any
 
+#: How a layer brings its input and parameters to one dtype before computing (flax.nnx's
+#: ``PromoteDtypeFn``): called as ``fn((x, kernel, bias, ...), dtype=layer.dtype)`` (and
+#: ``inexact=False`` by `Embed`'s lookup), it returns the tuple cast; ``None`` entries stay.
+PromoteDtypeFn = Callable[..., tuple[Any, ...]]
 
-def promote_dtype(arrays: Sequence[Any], *, dtype: Dtype | None, inexact: bool = True) -> tuple:
-    """Cast ``arrays`` (``None`` entries kept) to ``dtype``, or to their common result type.
 
-    With ``inexact=True`` an integer result type is promoted to at least float32.
+def promote_dtype(
+    arrays: Sequence[Any], /, *, dtype: Dtype | None = None, inexact: bool = True
+) -> tuple[Any, ...]:
+    """Cast ``arrays`` to ``dtype``, or to their common result type; ``None`` entries stay.
+
+    The layers' default ``promote_dtype=``. With ``inexact=True`` (every layer but `Embed`'s
+    lookup) an integer or boolean result type becomes at least float32, so integer inputs
+    work as in flax.nnx, and a ``dtype`` that is not floating or complex is refused.
+
+    Args:
+        arrays: the arrays (or ``None``) to cast, e.g. ``(inputs, kernel, bias)``.
+        dtype: the dtype to cast to; ``None`` infers it with ``jnp.result_type``.
+        inexact: require a floating or complex result.
+
+    Returns:
+        A tuple of arrays of one dtype (``None`` where the entry was ``None``).
+
+    Raises:
+        ValueError: ``inexact`` with an integer or boolean ``dtype``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from nnx_layers import promote_dtype
+        >>> x, w, b = promote_dtype((jnp.ones(2, jnp.int32), jnp.ones(2, jnp.bfloat16), None))
+        >>> x.dtype, w.dtype, b
+        (dtype(bfloat16), dtype(bfloat16), None)
+        >>> [a.dtype for a in promote_dtype((jnp.ones(2, jnp.int32),), dtype=None)]
+        [dtype('float32')]
     """
-    present = [jnp.asarray(a) for a in arrays if a is not None]
     if dtype is None:
-        dtype = jnp.result_type(*present)
+        dtype = jnp.result_type(*(jnp.asarray(a) for a in arrays if a is not None))
         if inexact and not jnp.issubdtype(dtype, jnp.inexact):
             dtype = jnp.promote_types(jnp.float32, dtype)
+    elif inexact and not jnp.issubdtype(dtype, jnp.inexact):
+        raise ValueError(
+            f"Dtype must be inexact (a floating or complex dtype) for this computation, got "
+            f"dtype={jnp.dtype(dtype)}. Pass e.g. dtype=jnp.float32, or dtype=None to promote "
+            f"the input and the parameters together."
+        )
     return tuple(None if a is None else jnp.asarray(a, dtype) for a in arrays)
 
 
+def element_type(preferred_element_type: Dtype | None) -> dict[str, Any]:
+    """``{"preferred_element_type": ...}`` when it is set, else ``{}``: a user's contraction
+    function (``dot_general=``, ``einsum_op=``) gets the keyword only when it means something."""
+    if preferred_element_type is None:
+        return {}
+    return {"preferred_element_type": preferred_element_type}
+
+
 def as_input(layer: str, x: Any) -> jax.Array:
-    """Return ``x`` as an array, raising if it is not floating point (or complex)."""
+    """Return ``x`` as an array, raising if it is not numeric (bool, integer, float, complex).
+
+    Integer and boolean inputs are promoted by the layer's ``promote_dtype`` (to float32 by
+    default), as in flax.nnx.
+    """
     x = jnp.asarray(x)
-    if not jnp.issubdtype(x.dtype, jnp.inexact):
+    if not (jnp.issubdtype(x.dtype, jnp.number) or jnp.issubdtype(x.dtype, jnp.bool_)):
         raise TypeError(
-            f"{layer} expects a floating-point input, got dtype {x.dtype} with shape {x.shape}. "
-            f"Cast it first, e.g. x.astype(jnp.float32); integer token ids go through Embed."
+            f"{layer} expects a numeric input, got dtype {x.dtype} with shape {x.shape}. "
+            f"Pass an array of numbers, e.g. x.astype(jnp.float32)."
         )
     return x
 
@@ -57,6 +103,27 @@ def check_positive_int(layer: str, name: str, value: Any) -> int:
             f"{layer} {name} must be a positive integer, got {value!r}. Pass e.g. {name}=8."
         )
     return int(value)
+
+
+def is_int(value: Any) -> bool:
+    """An integer (Python or numpy), not a bool."""
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def positive_sizes(layer: str, name: str, value: Any) -> tuple[int, ...]:
+    """``value`` (a positive int or a non-empty sequence of them) as a tuple of ints."""
+    sizes = (value,) if is_int(value) else value
+    if (
+        not isinstance(sizes, Sequence)
+        or isinstance(sizes, str)
+        or not sizes
+        or not all(is_int(s) and s >= 1 for s in sizes)
+    ):
+        raise ValueError(
+            f"{layer} {name} must be a positive int or a non-empty sequence of positive ints, "
+            f"got {value!r}. Pass e.g. {name}=8 or {name}=(4, 2)."
+        )
+    return tuple(int(s) for s in sizes)
 
 
 def canonical_axes(layer: str, axes: int | Sequence[int], ndim: int) -> tuple[int, ...]:

@@ -6,7 +6,7 @@ flattened for the convolution and restored after it.
 """
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral
 from types import MappingProxyType
 from typing import Any, Literal
@@ -19,14 +19,17 @@ from nnx_core import Module, Param, Rngs
 from . import initializers
 from ._checks import (
     Dtype,
+    PromoteDtypeFn,
     as_input,
     check_last_axis,
     check_positive_int,
+    element_type,
     frozen,
     metadata,
     promote_dtype,
 )
 from ._constraints import Count, Size, Sizes
+from ._sharding import out_sharding_op, place
 from .initializers import Initializer
 
 __all__ = ["Conv", "ConvTranspose"]
@@ -172,6 +175,10 @@ class Conv(Module):
         kernel_init: initializer of ``kernel``, shape
             ``kernel_size + (in_features // feature_group_count, out_features)``.
         bias_init: initializer of ``bias``, shape ``(out_features,)``.
+        conv_general_dilated: the convolution, called as ``jax.lax.conv_general_dilated``
+            is; it gets ``preferred_element_type``/``out_sharding`` only when they are set.
+        promote_dtype: brings ``(inputs, kernel, bias)`` to one dtype, called with
+            ``dtype=dtype`` (see `promote_dtype`: integer inputs become float32).
         preferred_element_type: accumulation/result dtype for the convolution.
         rngs: random streams; ``rngs.params()`` initializes the parameters.
         kernel_metadata: metadata for the ``kernel`` Param.
@@ -180,7 +187,7 @@ class Conv(Module):
     Raises:
         ValueError: for a bad ``kernel_size``, ``strides``, dilation, padding, group count or
             mask at construction, and for an input of the wrong rank or channel count.
-        TypeError: for a non-floating input.
+        TypeError: for a non-numeric input.
 
     Example:
         >>> import jax.numpy as jnp
@@ -213,6 +220,8 @@ class Conv(Module):
         precision: Any = None,
         kernel_init: Initializer = _DEFAULT_KERNEL_INIT,
         bias_init: Initializer = initializers.zeros,
+        conv_general_dilated: Callable[..., jax.Array] = jax.lax.conv_general_dilated,
+        promote_dtype: PromoteDtypeFn = promote_dtype,
         preferred_element_type: Dtype | None = None,
         rngs: Rngs,
         kernel_metadata: Mapping[str, Any] = _EMPTY,
@@ -235,6 +244,8 @@ class Conv(Module):
         self.precision = precision
         self.kernel_init = kernel_init
         self.bias_init = bias_init
+        self.conv_general_dilated = conv_general_dilated
+        self.promote_dtype = promote_dtype
         self.preferred_element_type = preferred_element_type
         self.kernel_metadata = metadata(kernel_metadata)
         self.bias_metadata = metadata(bias_metadata)
@@ -279,8 +290,11 @@ class Conv(Module):
             return jnp.pad(inputs, [(0, 0), (left, 0), (0, 0)]), "VALID"
         return inputs, padding
 
-    def __call__(self, inputs: jax.Array) -> jax.Array:
-        """Convolve ``inputs`` of shape ``(batch..., *spatial, in_features)``."""
+    def __call__(self, inputs: jax.Array, out_sharding: Any = None) -> jax.Array:
+        """Convolve ``inputs`` of shape ``(batch..., *spatial, in_features)``.
+
+        ``out_sharding`` lays the output out over the mesh (see `Linear`).
+        """
         rank = len(self.kernel_size)
         inputs = as_input("Conv", inputs)
         check_last_axis("Conv", inputs, self.in_features, "in_features")
@@ -290,8 +304,11 @@ class Conv(Module):
         if self.mask is not None:
             kernel = kernel * self.mask
         bias = None if self.bias is None else self.bias.value
-        flat, kernel, bias = promote_dtype((flat, kernel, bias), dtype=self.dtype)
-        y = jax.lax.conv_general_dilated(
+        flat, kernel, bias = self.promote_dtype((flat, kernel, bias), dtype=self.dtype)
+        # one batch axis: the convolution lays its own output out; else the reshaped output
+        native = len(batch_shape) == 1
+        conv = out_sharding_op("Conv", self.conv_general_dilated, out_sharding if native else None)
+        y = conv(
             flat,
             kernel,
             _per_axis("Conv", "strides", self.strides, rank),
@@ -301,10 +318,10 @@ class Conv(Module):
             dimension_numbers=_dimension_numbers(flat.ndim),
             feature_group_count=self.feature_group_count,
             precision=self.precision,
-            preferred_element_type=self.preferred_element_type,
+            **element_type(self.preferred_element_type),
         )
-        y = _add_bias(y, bias)
-        return y.reshape(batch_shape + y.shape[1:])
+        y = _add_bias(y, bias).reshape(batch_shape + y.shape[1:])
+        return y if native else place("Conv", y, out_sharding)
 
 
 def _circular_shift(size: int, period: int, span: int, transpose_kernel: bool) -> int:
@@ -350,6 +367,8 @@ class ConvTranspose(Module):
         bias_init: initializer of ``bias``, shape ``(out_features,)``.
         transpose_kernel: flip the kernel spatially and swap its feature axes, giving the
             exact gradient of a `Conv` that uses this kernel.
+        promote_dtype: brings ``(inputs, kernel, bias)`` to one dtype, called with
+            ``dtype=dtype`` (see `promote_dtype`: integer inputs become float32).
         preferred_element_type: accumulation/result dtype for the convolution.
         rngs: random streams; ``rngs.params()`` initializes the parameters.
         kernel_metadata: metadata for the ``kernel`` Param.
@@ -358,7 +377,7 @@ class ConvTranspose(Module):
     Raises:
         ValueError: for a bad ``kernel_size``, ``strides``, dilation, padding or mask, and
             for an input of the wrong rank or channel count.
-        TypeError: for a non-floating input.
+        TypeError: for a non-numeric input.
 
     Example:
         >>> import jax.numpy as jnp
@@ -386,6 +405,7 @@ class ConvTranspose(Module):
         kernel_init: Initializer = _DEFAULT_KERNEL_INIT,
         bias_init: Initializer = initializers.zeros,
         transpose_kernel: bool = False,
+        promote_dtype: PromoteDtypeFn = promote_dtype,
         preferred_element_type: Dtype | None = None,
         rngs: Rngs,
         kernel_metadata: Mapping[str, Any] = _EMPTY,
@@ -410,6 +430,7 @@ class ConvTranspose(Module):
         self.kernel_init = kernel_init
         self.bias_init = bias_init
         self.transpose_kernel = transpose_kernel
+        self.promote_dtype = promote_dtype
         self.preferred_element_type = preferred_element_type
         self.kernel_metadata = metadata(kernel_metadata)
         self.bias_metadata = metadata(bias_metadata)
@@ -437,7 +458,7 @@ class ConvTranspose(Module):
         if self.mask is not None:
             kernel = kernel * self.mask
         bias = None if self.bias is None else self.bias.value
-        flat, kernel, bias = promote_dtype((flat, kernel, bias), dtype=self.dtype)
+        flat, kernel, bias = self.promote_dtype((flat, kernel, bias), dtype=self.dtype)
         y = jax.lax.conv_transpose(
             flat,
             kernel,

@@ -14,37 +14,51 @@ import jax.numpy as jnp
 
 from nnx_core import Intermediate, Module
 
-from ._checks import Dtype, promote_dtype
+from ._checks import Dtype, PromoteDtypeFn, promote_dtype
 from ._constraints import Rate
 
 __all__ = ["dot_product_attention", "dot_product_attention_weights"]
 
 
 def _check_qk(name: str, query: jax.Array, key: jax.Array) -> None:
-    if query.ndim < 3 or key.ndim != query.ndim or key.shape[:-3] != query.shape[:-3]:
+    layout = "(batch..., length, heads, depth)"
+    if query.ndim < 3 or key.ndim != query.ndim:
         raise ValueError(
-            f"{name} needs query and key of shapes (batch..., length, heads, depth) with the "
-            f"same batch axes, got {query.shape} and {key.shape}. Split the features into "
-            f"heads first, e.g. x.reshape(*x.shape[:-1], heads, depth)."
+            f"{name}: query and key must have same rank, both {layout} with the same batch "
+            f"axes, got {query.shape} and {key.shape}. Split the features into heads first, "
+            f"e.g. x.reshape(*x.shape[:-1], heads, depth)."
+        )
+    if key.shape[:-3] != query.shape[:-3]:
+        raise ValueError(
+            f"{name}: query and key batch dims must match ({layout}), got {query.shape} and "
+            f"{key.shape}. Broadcast them to one batch shape first."
         )
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(
-            f"{name} needs query and key of the same depth (last axis), got {query.shape} and "
-            f"{key.shape}."
+            f"{name}: q, k depths must match (the last axis), got {query.shape} and {key.shape}."
         )
     if query.shape[-2] % key.shape[-2]:
         raise ValueError(
-            f"{name} needs a number of query heads ({query.shape[-2]}) that is a multiple of "
-            f"the key/value heads ({key.shape[-2]}), got query {query.shape} and key "
+            f"{name}: the number of query heads ({query.shape[-2]}) must be a multiple of the "
+            f"number of key/value heads ({key.shape[-2]}), got query {query.shape} and key "
             f"{key.shape}."
         )
 
 
 def _check_value(name: str, key: jax.Array, value: jax.Array) -> None:
-    if value.ndim != key.ndim or value.shape[:-1] != key.shape[:-1]:
+    if value.ndim != key.ndim or value.shape[:-3] != key.shape[:-3]:
         raise ValueError(
-            f"{name} needs key and value with the same batch axes, length and heads "
+            f"{name}: key and value must have same rank and batch dims must match "
             f"(batch..., kv_length, kv_heads, depth), got {key.shape} and {value.shape}."
+        )
+    if value.shape[-3] != key.shape[-3]:
+        raise ValueError(
+            f"{name}: k, v lengths must match (axis -3), got {key.shape} and {value.shape}."
+        )
+    if value.shape[-2] != key.shape[-2]:
+        raise ValueError(
+            f"{name}: key and value must have the same number of heads (axis -2), got "
+            f"{key.shape} and {value.shape}."
         )
 
 
@@ -81,6 +95,7 @@ def dot_product_attention_weights(
     dtype: Dtype | None = None,
     precision: Any = None,
     module: Module | None = None,
+    promote_dtype: PromoteDtypeFn = promote_dtype,
     is_causal: bool = False,
 ) -> jax.Array:
     """``softmax(query @ key / sqrt(depth) + bias)`` over the keys, masked, with dropout.
@@ -98,6 +113,8 @@ def dot_product_attention_weights(
         precision: ``jax.lax.Precision`` of the contraction.
         module: if given, the weights are recorded with ``module.sow(Intermediate,
             "attention_weights", weights)``.
+        promote_dtype: brings ``(query, key)`` to one dtype, called with ``dtype=dtype``
+            (see `promote_dtype`).
         is_causal: also mask key positions after each query position.
 
     Returns:
@@ -118,7 +135,7 @@ def dot_product_attention_weights(
         Array([0.33333334, 0.33333334, 0.33333334, 0.        , 0.        ], dtype=float32)
     """
     name = "dot_product_attention_weights"
-    query, key = promote_dtype((query, key), dtype=dtype)
+    query, key = promote_dtype((query, key), dtype=dtype)  # (the argument, not the module's)
     dtype = query.dtype
     _check_qk(name, query, key)
     target = _weights_shape(query, key)
@@ -189,6 +206,7 @@ def dot_product_attention(
     dtype: Dtype | None = None,
     precision: Any = None,
     module: Module | None = None,
+    promote_dtype: PromoteDtypeFn = promote_dtype,
     is_causal: bool = False,
 ) -> jax.Array:
     """Attention: the `dot_product_attention_weights` applied to ``value``.
@@ -211,6 +229,8 @@ def dot_product_attention(
         dtype: computation dtype; ``None`` promotes the three inputs together.
         precision: see `dot_product_attention_weights`.
         module: see `dot_product_attention_weights`.
+        promote_dtype: brings ``(query, key, value)`` to one dtype, called with
+            ``dtype=dtype`` (see `promote_dtype`).
         is_causal: see `dot_product_attention_weights`.
 
     Returns:
@@ -248,6 +268,7 @@ def dot_product_attention(
         dtype=query.dtype,
         precision=precision,
         module=module,
+        promote_dtype=promote_dtype,
         is_causal=is_causal,
     )
     heads, kv_heads = query.shape[-2], key.shape[-2]

@@ -17,6 +17,7 @@ from nnx_core import Module, Rngs
 from . import initializers
 from ._checks import (
     Dtype,
+    PromoteDtypeFn,
     as_input,
     canonical_axes,
     check_feature_size,
@@ -100,6 +101,9 @@ class GroupNorm(Module):
         axis_name: a named axis (``vmap``/``shard_map``) to average statistics over.
         axis_index_groups: device groups for ``axis_name``.
         use_fast_variance: compute the variance as ``E[x^2] - E[x]^2`` (one pass).
+        promote_dtype: brings ``(x, scale, bias)`` to one dtype before normalizing,
+            called with ``dtype=dtype`` (see `promote_dtype`; integer inputs become
+            float32). The statistics are computed in at least float32 either way.
         rngs: random streams; ``rngs.params()`` initializes ``scale``/``bias``.
         bias_metadata: metadata for the ``bias`` Param.
         scale_metadata: metadata for the ``scale`` Param.
@@ -108,7 +112,7 @@ class GroupNorm(Module):
         ValueError: at construction, if neither ``num_groups`` nor ``group_size`` is given,
             they disagree, or they do not divide ``num_features``; at call time, for an input
             whose last axis is not ``num_features`` wide or ``reduction_axes`` without it.
-        TypeError: for a non-floating input.
+        TypeError: for a non-numeric input.
 
     Example:
         >>> import jax.numpy as jnp
@@ -139,6 +143,7 @@ class GroupNorm(Module):
         axis_name: str | None = None,
         axis_index_groups: Any = None,
         use_fast_variance: bool = True,
+        promote_dtype: PromoteDtypeFn = promote_dtype,
         rngs: Rngs,
         bias_metadata: Mapping[str, Any] = _EMPTY,
         scale_metadata: Mapping[str, Any] = _EMPTY,
@@ -158,6 +163,7 @@ class GroupNorm(Module):
         self.axis_name = axis_name
         self.axis_index_groups = frozen(axis_index_groups)
         self.use_fast_variance = use_fast_variance
+        self.promote_dtype = promote_dtype
         self.bias_metadata = metadata(bias_metadata)
         self.scale_metadata = metadata(scale_metadata)
         self.scale, self.bias = affine_params(
@@ -175,7 +181,7 @@ class GroupNorm(Module):
         last = x.ndim - 1
         check_feature_size("GroupNorm", x, (last,), self.num_features)
         axes = self._reduction_axes(x.ndim)
-        x, scale, bias = promote_dtype(
+        x, scale, bias = self.promote_dtype(
             (x, param_value(self.scale), param_value(self.bias)), dtype=self.dtype
         )
         # Work on (..., num_groups, group_size): the channels of a group are one more axis.
@@ -228,6 +234,9 @@ class InstanceNorm(Module):
         axis_name: a named axis to average statistics over.
         axis_index_groups: device groups for ``axis_name``.
         use_fast_variance: compute the variance as ``E[x^2] - E[x]^2``.
+        promote_dtype: brings ``(x, scale, bias)`` to one dtype before normalizing,
+            called with ``dtype=dtype`` (see `promote_dtype`; integer inputs become
+            float32). The statistics are computed in at least float32 either way.
         rngs: random streams; ``rngs.params()`` initializes ``scale``/``bias``.
         bias_metadata: metadata for the ``bias`` Param.
         scale_metadata: metadata for the ``scale`` Param.
@@ -235,7 +244,7 @@ class InstanceNorm(Module):
     Raises:
         ValueError: for ``feature_axes`` that include the leading axis, or an input whose
             feature axes do not hold ``num_features`` features.
-        TypeError: for a non-floating input.
+        TypeError: for a non-numeric input.
 
     Example:
         >>> import jax.numpy as jnp
@@ -262,6 +271,7 @@ class InstanceNorm(Module):
         axis_name: str | None = None,
         axis_index_groups: Any = None,
         use_fast_variance: bool = True,
+        promote_dtype: PromoteDtypeFn = promote_dtype,
         rngs: Rngs,
         bias_metadata: Mapping[str, Any] = _EMPTY,
         scale_metadata: Mapping[str, Any] = _EMPTY,
@@ -278,6 +288,7 @@ class InstanceNorm(Module):
         self.axis_name = axis_name
         self.axis_index_groups = frozen(axis_index_groups)
         self.use_fast_variance = use_fast_variance
+        self.promote_dtype = promote_dtype
         self.bias_metadata = metadata(bias_metadata)
         self.scale_metadata = metadata(scale_metadata)
         self.scale, self.bias = affine_params(
@@ -296,7 +307,7 @@ class InstanceNorm(Module):
             )
         check_feature_size("InstanceNorm", x, feature_axes, self.num_features)
         reduction_axes = tuple(a for a in range(1, x.ndim) if a not in feature_axes)
-        x, scale, bias = promote_dtype(
+        x, scale, bias = self.promote_dtype(
             (x, param_value(self.scale), param_value(self.bias)), dtype=self.dtype
         )
         mean, var = moments(x, reduction_axes, module=self, mask=mask)

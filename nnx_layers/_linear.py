@@ -1,6 +1,6 @@
 """Dense layers: `Linear` and `Embed`."""
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -12,13 +12,16 @@ from nnx_core import Module, Param, Rngs
 from . import initializers
 from ._checks import (
     Dtype,
+    PromoteDtypeFn,
     as_input,
     check_last_axis,
     check_positive_int,
+    element_type,
     metadata,
     promote_dtype,
 )
 from ._constraints import Size
+from ._sharding import out_sharding_op, place
 from .initializers import Initializer
 
 __all__ = ["Linear", "Embed"]
@@ -40,13 +43,17 @@ class Linear(Module):
         precision: ``jax.lax.Precision`` for the matmul.
         kernel_init: initializer of ``kernel``, shape ``(in_features, out_features)``.
         bias_init: initializer of ``bias``, shape ``(out_features,)``.
+        dot_general: the contraction, called as ``jax.lax.dot_general`` is (e.g. a quantized
+            one); it gets ``preferred_element_type``/``out_sharding`` only when they are set.
+        promote_dtype: brings ``(inputs, kernel, bias)`` to one dtype, called with
+            ``dtype=dtype`` (see `promote_dtype`: integer inputs become float32).
         preferred_element_type: accumulation/result dtype passed to ``lax.dot_general``.
         rngs: random streams; ``rngs.params()`` initializes the parameters.
         kernel_metadata: metadata (e.g. ``sharding_names``) for the ``kernel`` Param.
         bias_metadata: metadata for the ``bias`` Param.
 
     Raises:
-        TypeError: for a non-floating input.
+        TypeError: for a non-numeric input.
         ValueError: for an input whose last axis is not ``in_features`` wide.
 
     Example:
@@ -71,6 +78,8 @@ class Linear(Module):
         precision: Any = None,
         kernel_init: Initializer = _DEFAULT_KERNEL_INIT,
         bias_init: Initializer = initializers.zeros,
+        dot_general: Callable[..., jax.Array] = jax.lax.dot_general,
+        promote_dtype: PromoteDtypeFn = promote_dtype,
         preferred_element_type: Dtype | None = None,
         rngs: Rngs,
         kernel_metadata: Mapping[str, Any] = _EMPTY,
@@ -84,6 +93,8 @@ class Linear(Module):
         self.precision = precision
         self.kernel_init = kernel_init
         self.bias_init = bias_init
+        self.dot_general = dot_general
+        self.promote_dtype = promote_dtype
         self.preferred_element_type = preferred_element_type
         self.kernel_metadata = metadata(kernel_metadata)
         self.bias_metadata = metadata(bias_metadata)
@@ -94,23 +105,34 @@ class Linear(Module):
             bias_value = bias_init(rngs.params(), (out_features,), param_dtype)
             self.bias = Param(bias_value, **self.bias_metadata)
 
-    def __call__(self, inputs: jax.Array) -> jax.Array:
-        """Apply the layer to ``inputs`` of shape ``(..., in_features)``."""
+    def __call__(self, inputs: jax.Array, out_sharding: Any = None) -> jax.Array:
+        """Apply the layer to ``inputs`` of shape ``(..., in_features)``.
+
+        ``out_sharding`` (a ``PartitionSpec`` over the mesh set with ``jax.set_mesh``, or a
+        ``NamedSharding``) lays the output out over the mesh's devices.
+        """
         inputs = as_input("Linear", inputs)
         # (the kernel, not in_features: under shard_map a row-parallel kernel is a local shard)
         check_last_axis("Linear", inputs, self.kernel.shape[0], "in_features")
         bias = None if self.bias is None else self.bias.value
-        inputs, kernel, bias = promote_dtype((inputs, self.kernel.value, bias), dtype=self.dtype)
-        y = jax.lax.dot_general(
+        inputs, kernel, bias = self.promote_dtype(
+            (inputs, self.kernel.value, bias), dtype=self.dtype
+        )
+        dot_general = out_sharding_op("Linear", self.dot_general, out_sharding)
+        y = dot_general(
             inputs,
             kernel,
             (((inputs.ndim - 1,), (0,)), ((), ())),
             precision=self.precision,
-            preferred_element_type=self.preferred_element_type,
+            **element_type(self.preferred_element_type),
         )
         if bias is not None:
             y = y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
         return y
+
+
+def _take_rows(embedding: jax.Array, ids: jax.Array) -> jax.Array:
+    return jnp.take(embedding, ids, axis=0)
 
 
 class Embed(Module):
@@ -123,6 +145,8 @@ class Embed(Module):
             embedding's dtype (``param_dtype``).
         param_dtype: dtype of ``embedding``.
         embedding_init: initializer of ``embedding``, shape ``(num_embeddings, features)``.
+        promote_dtype: brings the arrays to the computation dtype, called with
+            ``dtype=`` (and ``inexact=False`` for the lookup); see `promote_dtype`.
         rngs: random streams; ``rngs.params()`` initializes the table.
         embedding_metadata: metadata for the ``embedding`` Param.
 
@@ -149,6 +173,7 @@ class Embed(Module):
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         embedding_init: Initializer = _DEFAULT_EMBEDDING_INIT,
+        promote_dtype: PromoteDtypeFn = promote_dtype,
         rngs: Rngs,
         embedding_metadata: Mapping[str, Any] = _EMPTY,
     ):
@@ -157,12 +182,16 @@ class Embed(Module):
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.embedding_init = embedding_init
+        self.promote_dtype = promote_dtype
         self.embedding_metadata = metadata(embedding_metadata)
         value = embedding_init(rngs.params(), (num_embeddings, features), param_dtype)
         self.embedding = Param(value, **self.embedding_metadata)
 
-    def __call__(self, inputs: jax.Array) -> jax.Array:
-        """Look up the rows ``inputs`` (any integer array) -> shape ``inputs.shape + (features,)``."""
+    def __call__(self, inputs: jax.Array, out_sharding: Any = None) -> jax.Array:
+        """Look up the rows ``inputs`` (any integer array) -> shape ``inputs.shape + (features,)``.
+
+        ``out_sharding`` lays the looked-up vectors out over the mesh (see `Linear`).
+        """
         inputs = jnp.asarray(inputs)
         if not jnp.issubdtype(inputs.dtype, jnp.integer):
             raise TypeError(
@@ -170,13 +199,21 @@ class Embed(Module):
                 f"{inputs.shape}. Cast the ids with x.astype(jnp.int32); to project float "
                 f"vectors use Embed.attend or Linear."
             )
-        (embedding,) = promote_dtype((self.embedding.value,), dtype=self._dtype(), inexact=False)
+        (embedding,) = self.promote_dtype(
+            (self.embedding.value,), dtype=self._dtype(), inexact=False
+        )
         if self.num_embeddings == 1:
-            return jnp.broadcast_to(embedding, inputs.shape + (self.features,))
-        return jnp.take(embedding, inputs, axis=0)
+            return place(
+                "Embed", jnp.broadcast_to(embedding, inputs.shape + (self.features,)), out_sharding
+            )
+        take = out_sharding_op("Embed", _take_rows, out_sharding, native=False)
+        return take(embedding, inputs)
 
-    def attend(self, query: jax.Array) -> jax.Array:
+    def attend(self, query: jax.Array, out_sharding: Any = None) -> jax.Array:
         """Score ``query`` (``(..., features)``) against every embedding: ``query @ embedding.T``.
+
+        ``out_sharding`` lays the scores out over the mesh (see `Linear`); integer queries are
+        promoted as by `Linear`.
 
         Example:
             >>> import jax.numpy as jnp
@@ -185,10 +222,10 @@ class Embed(Module):
             >>> Embed(5, 3, rngs=Rngs(0)).attend(jnp.ones((7, 3))).shape
             (7, 5)
         """
-        query = jnp.asarray(query)
+        query = as_input("Embed.attend", query)
         check_last_axis("Embed.attend", query, self.features, "features")
-        query, embedding = promote_dtype((query, self.embedding.value), dtype=self._dtype())
-        return jnp.dot(query, embedding.T)
+        query, embedding = self.promote_dtype((query, self.embedding.value), dtype=self._dtype())
+        return out_sharding_op("Embed.attend", jnp.dot, out_sharding)(query, embedding.T)
 
     def _dtype(self) -> Dtype:
         """The computation dtype: ``dtype``, or the embedding's own dtype when it is None."""

@@ -1,8 +1,7 @@
-"""Dense layers over chosen axes: `LinearGeneral` (several axes in and out) and `Einsum`."""
+"""`LinearGeneral`: a dense layer contracting several input axes into several output axes."""
 
 import math
-from collections.abc import Mapping, Sequence
-from numbers import Integral
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -12,49 +11,39 @@ import jax.numpy as jnp
 from nnx_core import Module, Param, Rngs
 
 from . import initializers
-from ._checks import Dtype, as_input, metadata, promote_dtype
+from ._checks import (
+    Dtype,
+    PromoteDtypeFn,
+    as_input,
+    element_type,
+    is_int,
+    metadata,
+    positive_sizes,
+    promote_dtype,
+)
 from ._constraints import Sizes
+from ._sharding import out_sharding_op
 from .initializers import Initializer
 
-__all__ = ["LinearGeneral", "Einsum"]
+__all__ = ["LinearGeneral"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _DEFAULT_KERNEL_INIT = initializers.lecun_normal()
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)
-
-
 def _stored(value: Any) -> Any:
     """An int as a Python int, a sequence as a tuple (the hashable form kept on the layer)."""
-    return int(value) if _is_int(value) else tuple(int(v) if _is_int(v) else v for v in value)
-
-
-def _sizes(layer: str, name: str, value: Any) -> tuple[int, ...]:
-    """``value`` (an int or a non-empty sequence of ints >= 1) as a tuple."""
-    sizes = (value,) if _is_int(value) else value
-    if (
-        not isinstance(sizes, Sequence)
-        or isinstance(sizes, str)
-        or not sizes
-        or not all(_is_int(s) and s >= 1 for s in sizes)
-    ):
-        raise ValueError(
-            f"{layer} {name} must be a positive int or a non-empty sequence of positive ints, "
-            f"got {value!r}. Pass e.g. {name}=8 or {name}=(4, 2)."
-        )
-    return tuple(int(s) for s in sizes)
+    return int(value) if is_int(value) else tuple(int(v) if is_int(v) else v for v in value)
 
 
 def _axes(value: Any) -> tuple[int, ...]:
     """``axis`` (an int or a non-empty sequence of distinct ints) as a tuple."""
-    axes = (value,) if _is_int(value) else value
+    axes = (value,) if is_int(value) else value
     if (
         not isinstance(axes, Sequence)
         or isinstance(axes, str)
         or not axes
-        or not all(_is_int(a) for a in axes)
+        or not all(is_int(a) for a in axes)
         or len(set(axes)) != len(axes)
     ):
         raise ValueError(
@@ -71,9 +60,9 @@ def _batch_axis(value: Any) -> dict[int, int]:
             f"LinearGeneral batch_axis must map leading axes to their sizes, got {value!r}. "
             f"Pass e.g. batch_axis={{0: 4}}."
         )
-    items = {int(k) if _is_int(k) else k: v for k, v in value.items()}
+    items = {int(k) if is_int(k) else k: v for k, v in value.items()}
     if sorted(items, key=str) != list(range(len(items))) or not all(
-        _is_int(v) and v >= 1 for v in items.values()
+        is_int(v) and v >= 1 for v in items.values()
     ):
         raise ValueError(
             f"LinearGeneral batch_axis must map the leading axes 0, 1, ... (consecutive, from 0) "
@@ -111,6 +100,13 @@ class LinearGeneral(Module):
             ``(prod(batch) * prod(in_features), prod(out_features))`` and reshaped.
         bias_init: initializer of ``bias``, called with its flattened 1-D shape.
         precision: ``jax.lax.Precision`` for the contraction.
+        promote_dtype: brings ``(inputs, kernel, bias)`` to one dtype, called with
+            ``dtype=dtype`` (see `promote_dtype`: integer inputs become float32).
+        dot_general: the contraction, called as ``jax.lax.dot_general`` is (the default;
+            ``None`` means it too); it gets ``preferred_element_type``/``out_sharding`` only
+            when they are set.
+        dot_general_cls: a class whose instance (made at each call) is the contraction; it
+            takes precedence over ``dot_general``.
         preferred_element_type: accumulation/result dtype passed to ``lax.dot_general``.
         rngs: random streams; ``rngs.params()`` initializes the parameters.
         kernel_metadata: metadata (e.g. ``sharding_names``) for the ``kernel`` Param.
@@ -119,7 +115,7 @@ class LinearGeneral(Module):
     Raises:
         ValueError: bad sizes, axes or ``batch_axis`` (at construction); at call time, axes
             out of range or input sizes that do not match ``in_features`` / ``batch_axis``.
-        TypeError: a non-floating input.
+        TypeError: a non-numeric input.
 
     Example:
         >>> import jax.numpy as jnp
@@ -148,13 +144,16 @@ class LinearGeneral(Module):
         kernel_init: Initializer = _DEFAULT_KERNEL_INIT,
         bias_init: Initializer = initializers.zeros,
         precision: Any = None,
+        promote_dtype: PromoteDtypeFn = promote_dtype,
+        dot_general: Callable[..., jax.Array] | None = jax.lax.dot_general,
+        dot_general_cls: Callable[[], Callable[..., jax.Array]] | None = None,
         preferred_element_type: Dtype | None = None,
         rngs: Rngs,
         kernel_metadata: Mapping[str, Any] = _EMPTY,
         bias_metadata: Mapping[str, Any] = _EMPTY,
     ):
-        in_shape = _sizes("LinearGeneral", "in_features", in_features)
-        out_shape = _sizes("LinearGeneral", "out_features", out_features)
+        in_shape = positive_sizes("LinearGeneral", "in_features", in_features)
+        out_shape = positive_sizes("LinearGeneral", "out_features", out_features)
         axes = _axes(axis)
         if len(in_shape) != len(axes):
             raise ValueError(
@@ -173,6 +172,9 @@ class LinearGeneral(Module):
         self.kernel_init = kernel_init
         self.bias_init = bias_init
         self.precision = precision
+        self.promote_dtype = promote_dtype
+        self.dot_general = dot_general
+        self.dot_general_cls = dot_general_cls
         self.preferred_element_type = preferred_element_type
         self.kernel_metadata = metadata(kernel_metadata)
         self.bias_metadata = metadata(bias_metadata)
@@ -188,21 +190,29 @@ class LinearGeneral(Module):
             bias = jnp.reshape(flat, bias_shape)
             self.bias = Param(bias, **self.bias_metadata)
 
-    def __call__(self, inputs: jax.Array) -> jax.Array:
-        """Contract ``inputs``' axes ``axis``; the output ends with ``out_features``."""
+    def __call__(self, inputs: jax.Array, out_sharding: Any = None) -> jax.Array:
+        """Contract ``inputs``' axes ``axis``; the output ends with ``out_features``.
+
+        ``out_sharding`` lays the output out over the mesh (see `Linear`).
+        """
         inputs = as_input("LinearGeneral", inputs)
         axes, batch_axes = self._input_axes(inputs)
-        out_shape = _sizes("LinearGeneral", "out_features", self.out_features)
+        out_shape = positive_sizes("LinearGeneral", "out_features", self.out_features)
         bias = None if self.bias is None else self.bias.value
-        inputs, kernel, bias = promote_dtype((inputs, self.kernel.value, bias), dtype=self.dtype)
+        inputs, kernel, bias = self.promote_dtype(
+            (inputs, self.kernel.value, bias), dtype=self.dtype
+        )
         n_batch = len(batch_axes)
         contract = tuple(range(n_batch, n_batch + len(axes)))
-        y = jax.lax.dot_general(
+        op = self.dot_general or jax.lax.dot_general
+        if self.dot_general_cls is not None:
+            op = self.dot_general_cls()
+        y = out_sharding_op("LinearGeneral", op, out_sharding)(
             inputs,
             kernel,
             ((axes, contract), (batch_axes, tuple(range(n_batch)))),
             precision=self.precision,
-            preferred_element_type=self.preferred_element_type,
+            **element_type(self.preferred_element_type),
         )
         if bias is not None:
             kept = [a for a in range(inputs.ndim) if a not in axes]
@@ -228,7 +238,7 @@ class LinearGeneral(Module):
                 f"input of shape {shape}: it resolves to {axes}, batch axes {batch_axes}. Pass "
                 f"distinct axes outside batch_axis."
             )
-        expected = _sizes("LinearGeneral", "in_features", self.in_features)
+        expected = positive_sizes("LinearGeneral", "in_features", self.in_features)
         got = tuple(shape[a] for a in axes)
         if got != expected:
             raise ValueError(
@@ -244,202 +254,3 @@ class LinearGeneral(Module):
                 f"with batch_axis={dict(zip(batch_axes, got_batch))} or reshape the input."
             )
         return axes, batch_axes
-
-
-def _parse_equation(equation: str) -> tuple[str, str, str]:
-    """Split an explicit two-operand einsum equation into ``(input, kernel, output)`` terms."""
-    eq = equation.replace(" ", "")
-    if eq.count("->") != 1:
-        raise ValueError(
-            f"Einsum einsum_str must be explicit, with one '->' before the output axes, got "
-            f"{equation!r}. Write e.g. einsum_str='btd,dh->bth'."
-        )
-    operands, out = eq.split("->")
-    terms = operands.split(",")
-    if len(terms) != 2:
-        raise ValueError(
-            f"Einsum einsum_str must have exactly two operands (the input, then the kernel), "
-            f"got {len(terms)} in {equation!r}. Write e.g. einsum_str='btd,dh->bth'."
-        )
-    lhs, rhs = terms
-    for term in (lhs, rhs, out):
-        letters = term.replace("...", "", 1)
-        if not all(c.isalpha() for c in letters):
-            raise ValueError(
-                f"Einsum einsum_str terms may hold letters and one '...', got {term!r} in "
-                f"{equation!r}."
-            )
-    if "..." in rhs:
-        raise ValueError(
-            f"Einsum's kernel term {rhs!r} uses '...': name every kernel axis with a letter, "
-            f"e.g. 'btd,dh->bth'."
-        )
-    unknown = sorted(set(out.replace("...", "")) - set(lhs + rhs))
-    if unknown:
-        raise ValueError(
-            f"Einsum einsum_str {equation!r} has output axes {unknown} that neither operand "
-            f"has. Every output letter must appear in the input or kernel term."
-        )
-    return lhs, rhs, out
-
-
-def _check_kernel(equation: str, rhs: str, kernel_shape: tuple[int, ...]) -> None:
-    if len(rhs) != len(kernel_shape):
-        raise ValueError(
-            f"Einsum kernel term {rhs!r} of {equation!r} names {len(rhs)} axes, but "
-            f"kernel_shape={kernel_shape} has {len(kernel_shape)}. Give one size per letter."
-        )
-
-
-def _bias_size(rhs: str, out: str, kernel_shape: tuple[int, ...]) -> int:
-    """The number of bias entries: the sizes of the kernel axes kept in the output."""
-    return math.prod(kernel_shape[rhs.index(c)] for c in out if c in rhs)
-
-
-def _lhs_axes(lhs: str, ndim: int) -> dict[str, int] | None:
-    """The input axis of each letter of the input term, or None if the rank cannot fit."""
-    if "..." not in lhs:
-        return {c: i for i, c in enumerate(lhs)} if len(lhs) == ndim else None
-    head, tail = lhs.split("...")
-    if len(head) + len(tail) > ndim:
-        return None
-    return {
-        **{c: i for i, c in enumerate(head)},
-        **{c: ndim - len(tail) + i for i, c in enumerate(tail)},
-    }
-
-
-class Einsum(Module):
-    """A layer computing ``einsum(einsum_str, inputs, kernel) + bias`` with a learned kernel.
-
-    ``einsum_str`` is an explicit equation with two operands, the input first and the kernel
-    second (e.g. ``'btd,dnh->btnh'``). The input term may use ``...`` for leading axes; the
-    kernel term names each of its axes with a letter. The bias (if ``bias_shape`` is given)
-    is added over the output axes that come from the kernel.
-
-    Args:
-        einsum_str: the equation.
-        kernel_shape: the kernel's shape, one size per letter of the kernel term.
-        bias_shape: the bias' shape (its size must be the product of the kernel sizes kept in
-            the output); ``None`` means no bias.
-        dtype: computation dtype; ``None`` promotes the input and the parameters together.
-        param_dtype: dtype of ``kernel`` and ``bias``.
-        precision: ``jax.lax.Precision`` for the contraction.
-        kernel_init: initializer of ``kernel``.
-        bias_init: initializer of ``bias``.
-        preferred_element_type: accumulation/result dtype of the contraction.
-        rngs: random streams; ``rngs.params()`` initializes the parameters.
-        kernel_metadata: metadata (e.g. ``sharding_names``) for the ``kernel`` Param.
-        bias_metadata: metadata for the ``bias`` Param.
-
-    Raises:
-        ValueError: an equation that is not explicit or has not two operands, a kernel term
-            that does not match ``kernel_shape``, or a bias size that does not fit; at call
-            time, an input whose rank or sizes do not match the equation.
-        TypeError: a non-floating input.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from nnx_core import Rngs
-        >>> from nnx_layers import Einsum
-        >>> layer = Einsum("nta,hab->nthb", (8, 2, 4), (8, 4), rngs=Rngs(0))
-        >>> layer.kernel.value.shape, layer.bias.value.shape
-        ((8, 2, 4), (8, 4))
-        >>> layer(jnp.ones((16, 11, 2))).shape
-        (16, 11, 8, 4)
-    """
-
-    def __init__(
-        self,
-        einsum_str: str,
-        kernel_shape: Sequence[int],
-        bias_shape: Sequence[int] | None = None,
-        *,
-        dtype: Dtype | None = None,
-        param_dtype: Dtype = jnp.float32,
-        precision: Any = None,
-        kernel_init: Initializer = _DEFAULT_KERNEL_INIT,
-        bias_init: Initializer = initializers.zeros,
-        preferred_element_type: Dtype | None = None,
-        rngs: Rngs,
-        kernel_metadata: Mapping[str, Any] = _EMPTY,
-        bias_metadata: Mapping[str, Any] = _EMPTY,
-    ):
-        if not isinstance(einsum_str, str):
-            raise TypeError(
-                f"Einsum einsum_str must be a string, got {einsum_str!r}. Write e.g. "
-                f"einsum_str='btd,dh->bth'."
-            )
-        _, rhs, out = _parse_equation(einsum_str)
-        kernel = _sizes("Einsum", "kernel_shape", kernel_shape)
-        _check_kernel(einsum_str, rhs, kernel)
-        bias = None if bias_shape is None else _sizes("Einsum", "bias_shape", bias_shape)
-        if bias is not None and math.prod(bias) != _bias_size(rhs, out, kernel):
-            kept = "".join(c for c in out if c in rhs)
-            shape = tuple(kernel[rhs.index(c)] for c in kept)
-            raise ValueError(
-                f"Einsum bias_shape={bias} has {math.prod(bias)} entries, but the kernel axes "
-                f"kept in the output of {einsum_str!r} ({kept!r}) have sizes {shape}. Pass "
-                f"bias_shape={shape}."
-            )
-        self.einsum_str = einsum_str
-        self.kernel_shape = kernel
-        self.bias_shape = bias
-        self.dtype = dtype
-        self.param_dtype = param_dtype
-        self.precision = precision
-        self.kernel_init = kernel_init
-        self.bias_init = bias_init
-        self.preferred_element_type = preferred_element_type
-        self.kernel_metadata = metadata(kernel_metadata)
-        self.bias_metadata = metadata(bias_metadata)
-        self.kernel = Param(kernel_init(rngs.params(), kernel, param_dtype), **self.kernel_metadata)
-        self.bias: Param | None = None
-        if bias is not None:
-            self.bias = Param(bias_init(rngs.params(), bias, param_dtype), **self.bias_metadata)
-
-    def __call__(self, inputs: jax.Array, einsum_str: str | None = None) -> jax.Array:
-        """Apply the layer; ``einsum_str`` replaces the layer's equation for this call."""
-        equation = self.einsum_str if einsum_str is None else einsum_str
-        lhs, rhs, out = _parse_equation(equation)
-        _check_kernel(equation, rhs, self.kernel_shape)
-        inputs = as_input("Einsum", inputs)
-        self._check_input(equation, lhs, rhs, inputs)
-        bias = None if self.bias is None else self.bias.value
-        inputs, kernel, bias = promote_dtype((inputs, self.kernel.value, bias), dtype=self.dtype)
-        y = jnp.einsum(
-            equation.replace(" ", ""),
-            inputs,
-            kernel,
-            precision=self.precision,
-            preferred_element_type=self.preferred_element_type,
-        )
-        if bias is not None:
-            if bias.size != _bias_size(rhs, out, self.kernel_shape):
-                raise ValueError(
-                    f"Einsum's bias of shape {bias.shape} does not fit the kernel axes kept in "
-                    f"the output of {equation!r}. Use an equation that keeps the kernel axes "
-                    f"of the layer's einsum_str {self.einsum_str!r}."
-                )
-            n_ellipsis = y.ndim - len(out.replace("...", ""))
-            letters = out.replace("...", "." * n_ellipsis)
-            shape = [self.kernel_shape[rhs.index(c)] if c in rhs else 1 for c in letters]
-            y = y + jnp.reshape(bias, shape)
-        return y
-
-    def _check_input(self, equation: str, lhs: str, rhs: str, inputs: jax.Array) -> None:
-        positions = _lhs_axes(lhs, inputs.ndim)
-        if positions is None:
-            raise ValueError(
-                f"Einsum {equation!r} expects an input with the axes {lhs!r}, got shape "
-                f"{inputs.shape} ({inputs.ndim} dimensions). Reshape the input or change the "
-                f"equation."
-            )
-        for letter, axis in positions.items():
-            if letter in rhs and inputs.shape[axis] != self.kernel_shape[rhs.index(letter)]:
-                raise ValueError(
-                    f"Einsum {equation!r}: input axis {letter!r} has size {inputs.shape[axis]} "
-                    f"(shape {inputs.shape}) but the kernel's has size "
-                    f"{self.kernel_shape[rhs.index(letter)]} (kernel_shape={self.kernel_shape})."
-                    f" Reshape the input or build the layer with a matching kernel_shape."
-                )

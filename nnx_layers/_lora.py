@@ -1,6 +1,6 @@
 """Low-rank adapters: the `LoRAParam` Variable kind, `LoRA` and `LoRALinear`."""
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -10,7 +10,15 @@ import jax.numpy as jnp
 from nnx_core import Module, Param, Rngs, Variable, variable_name, variable_type
 
 from . import initializers
-from ._checks import Dtype, as_input, check_last_axis, check_positive_int, metadata, promote_dtype
+from ._checks import (
+    Dtype,
+    PromoteDtypeFn,
+    as_input,
+    check_last_axis,
+    check_positive_int,
+    metadata,
+    promote_dtype,
+)
 from ._constraints import Size
 from ._linear import Linear
 from .initializers import Initializer
@@ -81,6 +89,8 @@ class LoRA(Module):
         b_initializer: initializer of ``lora_b``.
         lora_param_type: the Variable kind of ``lora_a`` and ``lora_b``, as a class or its
             registered name (what the layer stores and a config writes).
+        promote_dtype: brings ``(x, lora_a, lora_b)`` to one dtype, called with
+            ``dtype=dtype`` (see `promote_dtype`: integer inputs become float32).
         rngs: random streams; ``rngs.params()`` initializes the adapters.
         a_metadata: metadata for ``lora_a``.
         b_metadata: metadata for ``lora_b``.
@@ -90,7 +100,7 @@ class LoRA(Module):
             time, an input whose last axis is not ``in_features`` wide, or a base output of
             another shape.
         TypeError: a ``base_module`` that is not callable or a ``lora_param_type`` that is not
-            a Variable kind; a non-floating input.
+            a Variable kind; a non-numeric input.
 
     Example:
         >>> import jax.numpy as jnp
@@ -119,6 +129,7 @@ class LoRA(Module):
         a_initializer: Initializer = _DEFAULT_A_INIT,
         b_initializer: Initializer = initializers.zeros,
         lora_param_type: type[Variable] | str = "LoRAParam",
+        promote_dtype: PromoteDtypeFn = promote_dtype,
         rngs: Rngs,
         a_metadata: Mapping[str, Any] = _EMPTY,
         b_metadata: Mapping[str, Any] = _EMPTY,
@@ -137,6 +148,7 @@ class LoRA(Module):
         self.a_initializer = a_initializer
         self.b_initializer = b_initializer
         kind, self.lora_param_type = _param_type("LoRA", lora_param_type)
+        self.promote_dtype = promote_dtype
         self.a_metadata = metadata(a_metadata)
         self.b_metadata = metadata(b_metadata)
         a = a_initializer(rngs.params(), (self.in_features, self.lora_rank), param_dtype)
@@ -148,7 +160,9 @@ class LoRA(Module):
         """Return ``inputs @ lora_a @ lora_b`` (plus ``base_module(inputs, **kwargs)``)."""
         inputs = as_input("LoRA", inputs)
         check_last_axis("LoRA", inputs, self.in_features, "in_features")
-        x, a, b = promote_dtype((inputs, self.lora_a.value, self.lora_b.value), dtype=self.dtype)
+        x, a, b = self.promote_dtype(
+            (inputs, self.lora_a.value, self.lora_b.value), dtype=self.dtype
+        )
         out = x @ a @ b
         if self.base_module is None:
             return out
@@ -179,12 +193,15 @@ class LoRALinear(Linear):
         b_initializer: initializer of ``lora.lora_b``.
         lora_param_type: the Variable kind of the adapter weights (class or registered
             name).
+        lora_promote_dtype: the adapter's ``promote_dtype`` (see `LoRA`).
         use_bias: as `Linear`.
         dtype: as `Linear` (the dense part's computation dtype).
         param_dtype: as `Linear`.
         precision: as `Linear`.
         kernel_init: as `Linear`.
         bias_init: as `Linear`.
+        dot_general: as `Linear`.
+        promote_dtype: as `Linear` (the dense part's).
         preferred_element_type: as `Linear`.
         rngs: random streams; the dense part draws first, then the adapter.
         a_metadata: metadata for ``lora.lora_a``.
@@ -220,12 +237,15 @@ class LoRALinear(Linear):
         a_initializer: Initializer = _DEFAULT_A_INIT,
         b_initializer: Initializer = initializers.zeros,
         lora_param_type: type[Variable] | str = "LoRAParam",
+        lora_promote_dtype: PromoteDtypeFn = promote_dtype,
         use_bias: bool = True,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         precision: Any = None,
         kernel_init: Initializer = _DEFAULT_KERNEL_INIT,
         bias_init: Initializer = initializers.zeros,
+        dot_general: Callable[..., jax.Array] = jax.lax.dot_general,
+        promote_dtype: PromoteDtypeFn = promote_dtype,
         preferred_element_type: Dtype | None = None,
         rngs: Rngs,
         a_metadata: Mapping[str, Any] = _EMPTY,
@@ -244,6 +264,8 @@ class LoRALinear(Linear):
             precision=precision,
             kernel_init=kernel_init,
             bias_init=bias_init,
+            dot_general=dot_general,
+            promote_dtype=promote_dtype,
             preferred_element_type=preferred_element_type,
             rngs=rngs,
             kernel_metadata=kernel_metadata,
@@ -255,6 +277,7 @@ class LoRALinear(Linear):
         self.a_initializer = a_initializer
         self.b_initializer = b_initializer
         self.lora_param_type = kind_name
+        self.lora_promote_dtype = lora_promote_dtype
         self.a_metadata = metadata(a_metadata)
         self.b_metadata = metadata(b_metadata)
         self.lora = LoRA(
@@ -266,11 +289,15 @@ class LoRALinear(Linear):
             a_initializer=a_initializer,
             b_initializer=b_initializer,
             lora_param_type=kind_name,
+            promote_dtype=lora_promote_dtype,
             rngs=rngs,
             a_metadata=a_metadata,
             b_metadata=b_metadata,
         )
 
-    def __call__(self, inputs: jax.Array) -> jax.Array:
-        """Apply the dense layer and add the adapter's output."""
-        return super().__call__(inputs) + self.lora(inputs)
+    def __call__(self, inputs: jax.Array, out_sharding: Any = None) -> jax.Array:
+        """Apply the dense layer and add the adapter's output.
+
+        ``out_sharding`` lays the dense part's output out over the mesh (see `Linear`).
+        """
+        return super().__call__(inputs, out_sharding=out_sharding) + self.lora(inputs)

@@ -72,8 +72,10 @@ def normalize(
 ) -> jax.Array:
     """``(x - mean) * rsqrt(var + epsilon) * scale + bias``, cast to the output dtype.
 
-    ``axes`` is ``(reduction_axes, feature_axes)``; ``x``, ``scale`` and ``bias`` have already
-    been promoted to a common dtype, which is the output dtype unless ``module.dtype`` is set.
+    ``axes`` is ``(reduction_axes, feature_axes)``; ``x``, ``scale`` and ``bias`` have been
+    through the layer's ``promote_dtype``. The output dtype is ``module.dtype`` if set, else
+    the promotion of ``x``, ``scale`` and ``bias`` (at least float32), as in flax.nnx: with
+    the default promotion, their common dtype.
     """
     reduction_axes, feature_axes = axes
     stats_shape = [1 if a in reduction_axes else d for a, d in enumerate(x.shape)]
@@ -85,7 +87,10 @@ def normalize(
     y = y * multiplier
     if bias is not None:
         y = y + bias.reshape(feature_shape)
-    return jnp.asarray(y, x.dtype if module.dtype is None else module.dtype)
+    if module.dtype is not None:
+        return jnp.asarray(y, module.dtype)
+    dtype = jnp.result_type(*(a for a in (x, scale, bias) if a is not None))
+    return jnp.asarray(y, jnp.promote_types(dtype, jnp.float32) if dtype.kind in "biu" else dtype)
 
 
 def param_value(variable: Any) -> jax.Array | None:

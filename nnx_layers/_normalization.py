@@ -18,6 +18,7 @@ from nnx_core import BatchStat, Module, Param, Rngs
 from . import initializers
 from ._checks import (
     Dtype,
+    PromoteDtypeFn,
     as_input,
     canonical_axes,
     check_feature_size,
@@ -74,6 +75,9 @@ class BatchNorm(Module):
         axis_name: a named axis (``vmap``/``shard_map``/``pmap``) to average statistics over.
         axis_index_groups: device groups for ``axis_name`` (see ``jax.lax.pmean``).
         use_fast_variance: compute the variance as ``E[x^2] - E[x]^2`` (one pass).
+        promote_dtype: brings ``(x, mean, var, scale, bias)`` to one dtype before normalizing,
+            called with ``dtype=dtype`` (see `promote_dtype`; integer inputs become
+            float32). The statistics are computed in at least float32 either way.
         rngs: random streams; ``rngs.params()`` initializes ``scale``/``bias``.
         bias_metadata: metadata for the ``bias`` Param.
         scale_metadata: metadata for the ``scale`` Param.
@@ -81,7 +85,7 @@ class BatchNorm(Module):
     Raises:
         ValueError: for a ``momentum`` outside ``[0, 1]`` or a negative ``epsilon``; for an
             input whose feature axis is not ``num_features`` wide.
-        TypeError: for a non-floating input.
+        TypeError: for a non-numeric input.
 
     Example:
         >>> import jax.numpy as jnp
@@ -113,6 +117,7 @@ class BatchNorm(Module):
         axis_name: str | None = None,
         axis_index_groups: Any = None,
         use_fast_variance: bool = True,
+        promote_dtype: PromoteDtypeFn = promote_dtype,
         rngs: Rngs,
         bias_metadata: Mapping[str, Any] = _EMPTY,
         scale_metadata: Mapping[str, Any] = _EMPTY,
@@ -131,6 +136,7 @@ class BatchNorm(Module):
         self.axis_name = axis_name
         self.axis_index_groups = frozen(axis_index_groups)
         self.use_fast_variance = use_fast_variance
+        self.promote_dtype = promote_dtype
         self.bias_metadata = metadata(bias_metadata)
         self.scale_metadata = metadata(scale_metadata)
         shape = (num_features,)
@@ -163,7 +169,7 @@ class BatchNorm(Module):
         feature_axes = canonical_axes("BatchNorm", self.axis, x.ndim)
         check_feature_size("BatchNorm", x, feature_axes, self.num_features)
         reduction_axes = tuple(a for a in range(x.ndim) if a not in feature_axes)
-        x, mean, var, scale, bias = promote_dtype(
+        x, mean, var, scale, bias = self.promote_dtype(
             (x, self.mean.value, self.var.value, param_value(self.scale), param_value(self.bias)),
             dtype=self.dtype,
         )
@@ -180,6 +186,20 @@ class BatchNorm(Module):
         new_var = self.momentum * running_var + (1 - self.momentum) * var.reshape(-1)
         self.mean.value = new_mean.astype(running_mean.dtype)
         self.var.value = new_var.astype(running_var.dtype)
+
+    def set_view(self, use_running_average: bool | None = None) -> None:
+        """Set ``use_running_average`` (for ``nnx.view``; None leaves it).
+
+        Example:
+            >>> from nnx_core import Rngs
+            >>> from nnx_layers import BatchNorm
+            >>> bn = BatchNorm(3, rngs=Rngs(0))
+            >>> bn.set_view(use_running_average=True)
+            >>> bn.use_running_average
+            True
+        """
+        if use_running_average is not None:
+            self.use_running_average = use_running_average
 
 
 class LayerNorm(Module):
@@ -199,13 +219,16 @@ class LayerNorm(Module):
         axis_name: a named axis to average statistics over.
         axis_index_groups: device groups for ``axis_name``.
         use_fast_variance: compute the variance as ``E[x^2] - E[x]^2``.
+        promote_dtype: brings ``(x, scale, bias)`` to one dtype before normalizing,
+            called with ``dtype=dtype`` (see `promote_dtype`; integer inputs become
+            float32). The statistics are computed in at least float32 either way.
         rngs: random streams; ``rngs.params()`` initializes ``scale``/``bias``.
         bias_metadata: metadata for the ``bias`` Param.
         scale_metadata: metadata for the ``scale`` Param.
 
     Raises:
         ValueError: for an input whose feature axes do not hold ``num_features`` features.
-        TypeError: for a non-floating input.
+        TypeError: for a non-numeric input.
 
     Example:
         >>> import jax.numpy as jnp
@@ -232,6 +255,7 @@ class LayerNorm(Module):
         axis_name: str | None = None,
         axis_index_groups: Any = None,
         use_fast_variance: bool = True,
+        promote_dtype: PromoteDtypeFn = promote_dtype,
         rngs: Rngs,
         bias_metadata: Mapping[str, Any] = _EMPTY,
         scale_metadata: Mapping[str, Any] = _EMPTY,
@@ -249,6 +273,7 @@ class LayerNorm(Module):
         self.axis_name = axis_name
         self.axis_index_groups = frozen(axis_index_groups)
         self.use_fast_variance = use_fast_variance
+        self.promote_dtype = promote_dtype
         self.bias_metadata = metadata(bias_metadata)
         self.scale_metadata = metadata(scale_metadata)
         shape = (num_features,)
@@ -262,7 +287,7 @@ class LayerNorm(Module):
         reduction_axes = canonical_axes("LayerNorm", self.reduction_axes, x.ndim)
         feature_axes = canonical_axes("LayerNorm", self.feature_axes, x.ndim)
         check_feature_size("LayerNorm", x, feature_axes, self.num_features)
-        x, scale, bias = promote_dtype(
+        x, scale, bias = self.promote_dtype(
             (x, param_value(self.scale), param_value(self.bias)), dtype=self.dtype
         )
         mean, var = moments(x, reduction_axes, module=self, mask=mask)
@@ -286,12 +311,15 @@ class RMSNorm(Module):
         axis_name: a named axis to average statistics over.
         axis_index_groups: device groups for ``axis_name``.
         use_fast_variance: accepted for signature compatibility (RMSNorm has one formula).
+        promote_dtype: brings ``(x, scale)`` to one dtype before normalizing,
+            called with ``dtype=dtype`` (see `promote_dtype`; integer inputs become
+            float32). The statistics are computed in at least float32 either way.
         rngs: random streams; ``rngs.params()`` initializes ``scale``.
         scale_metadata: metadata for the ``scale`` Param.
 
     Raises:
         ValueError: for an input whose feature axes do not hold ``num_features`` features.
-        TypeError: for a non-floating input.
+        TypeError: for a non-numeric input.
 
     Example:
         >>> import jax.numpy as jnp
@@ -316,6 +344,7 @@ class RMSNorm(Module):
         axis_name: str | None = None,
         axis_index_groups: Any = None,
         use_fast_variance: bool = True,
+        promote_dtype: PromoteDtypeFn = promote_dtype,
         rngs: Rngs,
         scale_metadata: Mapping[str, Any] = _EMPTY,
     ):
@@ -330,6 +359,7 @@ class RMSNorm(Module):
         self.axis_name = axis_name
         self.axis_index_groups = frozen(axis_index_groups)
         self.use_fast_variance = use_fast_variance
+        self.promote_dtype = promote_dtype
         self.scale_metadata = metadata(scale_metadata)
         self.scale: Param | None = None
         if use_scale:
@@ -342,7 +372,7 @@ class RMSNorm(Module):
         reduction_axes = canonical_axes("RMSNorm", self.reduction_axes, x.ndim)
         feature_axes = canonical_axes("RMSNorm", self.feature_axes, x.ndim)
         check_feature_size("RMSNorm", x, feature_axes, self.num_features)
-        x, scale = promote_dtype((x, param_value(self.scale)), dtype=self.dtype)
+        x, scale = self.promote_dtype((x, param_value(self.scale)), dtype=self.dtype)
         mean_sq = mean_square(x, reduction_axes, module=self, mask=mask)
         return normalize(
             x,

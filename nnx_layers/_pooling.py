@@ -14,7 +14,7 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
-from ._checks import as_input
+from ._checks import as_input, promote_dtype
 from ._constraints import Size
 
 __all__ = ["pool", "avg_pool", "max_pool", "min_pool"]
@@ -166,7 +166,7 @@ def avg_pool(
     """Average over each window of the spatial axes.
 
     Args:
-        inputs: floating array of shape ``(batch..., *spatial, features)``.
+        inputs: numeric array of shape ``(batch..., *spatial, features)``.
         window_shape: window size per spatial axis.
         strides: step per spatial axis (an int applies to every axis); ``None`` means 1.
         padding: ``"SAME"``, ``"VALID"`` or one ``(low, high)`` pair per spatial axis.
@@ -174,12 +174,12 @@ def avg_pool(
             divides by the number of real entries in each window.
 
     Returns:
-        The window averages, in the input's dtype.
+        The window averages, in the input's dtype (float32 for an integer input).
 
     Raises:
         ValueError: for a bad window, strides or padding, an input with too few dimensions, or
             a window larger than the padded input.
-        TypeError: for a non-floating input.
+        TypeError: for a non-numeric input (integers are averaged as float32, as in flax.nnx).
 
     Example:
         >>> import jax.numpy as jnp
@@ -190,7 +190,7 @@ def avg_pool(
         >>> avg_pool(x, (2,), padding="SAME", count_include_pad=False)[0, :, 0]
         Array([1.5, 2.5, 3. ], dtype=float32)
     """
-    inputs = as_input("avg_pool", inputs)
+    (inputs,) = promote_dtype((as_input("avg_pool", inputs),))  # integers average as floats
     dims, steps, pads = _layout("avg_pool", inputs, window_shape, strides, padding)
     total = jax.lax.reduce_window(inputs, 0.0, jax.lax.add, dims, steps, pads)
     if count_include_pad:

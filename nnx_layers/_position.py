@@ -120,6 +120,12 @@ class PositionEmbed(Module):
                 ``max_length`` (under ``jit`` such a step returns NaN instead).
         """
         x = as_input(_NAME, inputs)
+        if not jnp.issubdtype(x.dtype, jnp.inexact):
+            raise TypeError(
+                f"{_NAME} expects a floating-point input, got dtype {x.dtype} with shape "
+                f"{x.shape}. Token ids go through Embed first: Embed(vocab, features) then "
+                f"{_NAME}."
+            )
         if x.ndim < 2 or x.shape[-1] != self.features:
             raise ValueError(
                 f"{_NAME} expects inputs of shape (batch..., length, {self.features}) "

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from nnx_core import Module, Param
 
-from ._checks import Dtype, as_input, metadata, promote_dtype
+from ._checks import Dtype, PromoteDtypeFn, as_input, metadata, promote_dtype
 from .initializers import Constant, constant
 
 __all__ = ["PReLU"]
@@ -35,11 +35,14 @@ class PReLU(Module):
             ``initializers.constant``.
         dtype: computation dtype; ``None`` computes in the input's dtype.
         param_dtype: dtype of ``negative_slope``.
+        promote_dtype: brings ``(inputs, negative_slope)`` to ``dtype`` when it is set (see
+            `promote_dtype`: an integer input then becomes float).
         negative_slope_metadata: metadata for the ``negative_slope`` Param.
 
     Raises:
         TypeError: ``negative_slope_init`` is neither a real number nor a constant
-            initializer; at call time, a non-floating input.
+            initializer; at call time, a non-numeric input, or an integer input with
+            ``dtype=None`` (flax.nnx would truncate the slope to an integer).
 
     Example:
         >>> import jax.numpy as jnp
@@ -57,6 +60,7 @@ class PReLU(Module):
         *,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
+        promote_dtype: PromoteDtypeFn = promote_dtype,
         negative_slope_metadata: Mapping[str, Any] = _EMPTY,
     ):
         init = negative_slope_init
@@ -70,16 +74,28 @@ class PReLU(Module):
         self.negative_slope_init = init
         self.dtype = dtype
         self.param_dtype = param_dtype
+        self.promote_dtype = promote_dtype
         self.negative_slope_metadata = metadata(negative_slope_metadata)
         value = jnp.asarray(init.value, dtype=param_dtype)
         self.negative_slope = Param(value, **self.negative_slope_metadata)
 
     def __call__(self, inputs: jax.Array) -> jax.Array:
-        """Apply the activation elementwise to a floating-point ``inputs``."""
+        """Apply the activation elementwise to ``inputs``.
+
+        With ``dtype=None`` the computation stays in the input's dtype, which must then be
+        floating; with ``dtype`` set, the input and the slope are promoted to it.
+        """
         inputs = as_input("PReLU", inputs)
         slope = self.negative_slope.value
-        if self.dtype is None:
+        if self.dtype is not None:
+            inputs, slope = self.promote_dtype((inputs, slope), dtype=self.dtype)
+        elif jnp.issubdtype(inputs.dtype, jnp.inexact):
             slope = jnp.asarray(slope, inputs.dtype)
         else:
-            inputs, slope = promote_dtype((inputs, slope), dtype=self.dtype)
+            raise TypeError(
+                f"PReLU with dtype=None computes in the input's dtype, got dtype "
+                f"{inputs.dtype} (shape {inputs.shape}), which would truncate the slope "
+                f"{float(self.negative_slope_init.value)} to an integer. Build "
+                f"PReLU(..., dtype=jnp.float32) or cast the input to a floating dtype."
+            )
         return jnp.where(inputs >= 0, inputs, slope * inputs)

@@ -11,12 +11,27 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from nnx_core import Module, Param, Rngs, RngStream, State, merge, split, update
+from nnx_core import Any as AnyOf
+from nnx_core import (
+    Module,
+    Param,
+    Rngs,
+    RngStream,
+    State,
+    WithTag,
+    iter_graph,
+    merge,
+    split,
+    to_predicate,
+    update,
+)
 
 from ._cells import RNNCellBase
 from ._constraints import Size
 
 __all__ = ["RNN", "Bidirectional"]
+
+Path = tuple[Any, ...]
 
 
 def _carry_stream(layer: str, rngs: Any) -> RngStream | None:
@@ -50,29 +65,79 @@ def _flip(x: jax.Array, seq_lengths: jax.Array | None, time_axis: int) -> jax.Ar
     return jnp.take_along_axis(x, index, axis=time_axis)
 
 
+def _stream_filter(only: Any) -> Any:
+    """``broadcast_rngs`` as a filter: a string names a stream's tag (as in flax.nnx)."""
+    if isinstance(only, str):
+        return WithTag(only)
+    if isinstance(only, (tuple, list)):
+        return AnyOf(*(_stream_filter(item) for item in only))
+    return only
+
+
+def _broadcast_streams(cell: Module, only: Any) -> list[tuple[Path, RngStream, Any, Any]]:
+    """Give the cell's streams matched by ``only`` one fresh key each for a whole scan.
+
+    Each matched stream draws one key (advancing its count, which is what the scan leaves
+    behind) and restarts from it; returns ``(path, stream, key, count)`` to restore afterwards.
+    """
+    if only is None:
+        return []
+    matches = to_predicate(_stream_filter(only))
+    streams = [
+        (tuple(path), node)
+        for path, node in iter_graph(cell)
+        if isinstance(node, RngStream) and matches((*path, "key"), node.key)
+    ]
+    backups = []
+    for path, stream in streams:
+        key = stream()
+        backups.append((path, stream, stream.key.value, stream.count.value))
+        stream.key.value = key
+        stream.count.value = jnp.zeros_like(stream.count.value)
+    return backups
+
+
 def _scan_cell(
-    cell: RNNCellBase, carry: Any, steps: jax.Array, unroll: int, keep_carries: bool
+    cell: RNNCellBase,
+    carry: Any,
+    steps: jax.Array,
+    unroll: int,
+    keep_carries: bool,
+    broadcast_rngs: Any = None,
 ) -> tuple[Any, Any]:
     """``jax.lax.scan`` of ``cell`` over the leading axis of ``steps``.
 
     The cell's Params are constants of the loop; its other Variables (e.g. Rng counts) are
     carried from step to step and written back to the cell at the end. So a cell that only
     reads its parameters leaves the model untouched, and no parameter leaves a jitted step.
+    The streams matched by ``broadcast_rngs`` are constants too: every step restarts them from
+    one fresh key, so they draw the same keys at every step (e.g. one recurrent dropout mask).
     """
-    graphdef, params, others = split(cell, Param, ...)
+    backups = _broadcast_streams(cell, broadcast_rngs)
+    fixed_paths = {(*path, name) for path, *_ in backups for name in ("key", "count")}
 
-    def step(loop: tuple[State, Any], x: jax.Array) -> tuple[tuple[State, Any], Any]:
-        variables, carry = loop
-        stepped = merge(graphdef, params, variables)
+    def fixed_filter(path: Path, _: Any) -> bool:
+        return tuple(path) in fixed_paths
+
+    graphdef, params, fixed, others = split(cell, Param, fixed_filter, ...)
+
+    def step(loop: tuple[State, State, Any], x: jax.Array) -> tuple[tuple[State, State, Any], Any]:
+        # (the broadcast streams ride in the loop, but each step draws from a copy of their
+        # first state and hands that state on unchanged)
+        first, variables, carry = loop
+        stepped = merge(graphdef, params, jax.tree.map(lambda a: a, first), variables)
         new_carry, y = stepped(carry, x)
         # The carry keeps its dtype (e.g. param_dtype) whatever the step computes in.
         new_carry = jax.tree.map(lambda new, old: new.astype(old.dtype), new_carry, carry)
-        _, _, variables = split(stepped, Param, ...)
-        return (variables, new_carry), ((new_carry, y) if keep_carries else y)
+        _, _, _, variables = split(stepped, Param, fixed_filter, ...)
+        return (first, variables, new_carry), ((new_carry, y) if keep_carries else y)
 
-    (others, carry), stacked = jax.lax.scan(step, (others, carry), steps, unroll=unroll)
+    loop = (fixed, others, carry)
+    (_, others, carry), stacked = jax.lax.scan(step, loop, steps, unroll=unroll)
     if others:
         update(cell, others)
+    for _, stream, key, count in backups:
+        stream.key.value, stream.count.value = key, count
     return carry, stacked
 
 
@@ -108,6 +173,10 @@ class RNN(Module):
         reverse: process the sequence from its last step to its first.
         keep_order: with ``reverse``, return the outputs in the input's order (else reversed).
         unroll: how many steps one iteration of the compiled loop runs.
+        broadcast_rngs: the cell's Rng streams (a stream tag such as
+            ``"recurrent_dropout"``, or a filter) that draw the same keys at every step: each
+            call gives them one fresh key for the whole sequence (e.g. one recurrent dropout
+            mask per sequence), as flax.nnx's ``broadcast_rngs``.
         rngs: where random initial carries come from: ``True`` keeps a fixed ``carry``
             stream (seed 0), an `Rngs` forks its ``carry`` stream (or the default one), an
             ``RngStream`` is kept as is, ``False`` keeps none.
@@ -137,6 +206,7 @@ class RNN(Module):
         reverse: bool = False,
         keep_order: bool = False,
         unroll: Size = 1,
+        broadcast_rngs: Any = None,
         rngs: Rngs | RngStream | bool = True,
     ):
         self.cell = cell
@@ -145,6 +215,7 @@ class RNN(Module):
         self.reverse = reverse
         self.keep_order = keep_order
         self.unroll = unroll
+        self.broadcast_rngs = broadcast_rngs
         self.rngs = _carry_stream("RNN", rngs)
 
     def __call__(
@@ -195,7 +266,12 @@ class RNN(Module):
         """Scan the cell over ``time_axis``; outputs are stacked back on ``time_axis``."""
         keep_carries = seq_lengths is not None and return_carry
         carry, stacked = _scan_cell(
-            self.cell, carry, jnp.moveaxis(inputs, time_axis, 0), self.unroll, keep_carries
+            self.cell,
+            carry,
+            jnp.moveaxis(inputs, time_axis, 0),
+            self.unroll,
+            keep_carries,
+            self.broadcast_rngs,
         )
         if keep_carries:
             carries, stacked = stacked

@@ -28,7 +28,7 @@ from nnx_core import (
 )
 
 from . import initializers
-from ._checks import Dtype, canonical_axes, frozen
+from ._checks import Dtype, PromoteDtypeFn, canonical_axes, frozen, promote_dtype
 from ._constraints import Count, NonNegative
 from ._norm_stats import check_epsilon
 from .initializers import Initializer
@@ -58,9 +58,7 @@ def _l2_normalize(x: jax.Array, axes: tuple[int, ...] | None, epsilon: float) ->
     return x * jax.lax.rsqrt(jnp.sum(x * x, axis=axes, keepdims=True) + epsilon)
 
 
-def _output_dtype(dtype: Dtype | None, *operands: jax.Array) -> Any:
-    """``dtype``, or the promotion of ``operands`` when it is None."""
-    return jnp.result_type(*operands) if dtype is None else dtype
+Path = tuple[Any, ...]
 
 
 def _missing(wrapper: str, stats: str, path: tuple[Any, ...]) -> ValueError:
@@ -77,7 +75,8 @@ class WeightNorm(Module):
     For every Param of ``layer_instance`` matched by ``variable_filter`` (by default those whose
     path contains ``kernel``), the norm is taken over every axis but ``feature_axes``, so by
     default each output column of a kernel has norm ``scale``. The learned ``scales`` (Params,
-    one per feature) live in ``self.scales``, keyed by the Param's path.
+    one per feature) live in ``self.scales``, keyed by the Param's path (a tuple, as in
+    flax.nnx: ``scales[("kernel",)]``).
 
     Args:
         layer_instance: the layer to wrap (any Module with Params).
@@ -89,6 +88,8 @@ class WeightNorm(Module):
         dtype: dtype of the normalized weights; ``None`` promotes the weight and its scale.
         param_dtype: dtype of the scales.
         variable_filter: which Params to normalize (a filter on ``(path, variable)``).
+        promote_dtype: brings the normalized weight and its operands to one dtype, called
+            with ``dtype=dtype`` (see `promote_dtype`).
         rngs: random streams; ``rngs.params()`` initializes the scales.
 
     Raises:
@@ -100,7 +101,7 @@ class WeightNorm(Module):
         >>> from nnx_core import Rngs
         >>> from nnx_layers import Linear, WeightNorm
         >>> layer = WeightNorm(Linear(2, 3, rngs=Rngs(0)), rngs=Rngs(0))
-        >>> layer.scales["kernel"].value
+        >>> layer.scales[("kernel",)].value
         Array([1., 1., 1.], dtype=float32)
         >>> layer.layer_instance.kernel.value = jnp.array([[3.0, 0.0, 1.0], [4.0, 2.0, 0.0]])
         >>> layer(jnp.array([[1.0, 0.0]]))  # each kernel column scaled to norm 1
@@ -120,6 +121,7 @@ class WeightNorm(Module):
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         variable_filter: Any = _KERNELS,
+        promote_dtype: PromoteDtypeFn = promote_dtype,
         rngs: Rngs,
     ):
         self.layer_instance = layer_instance
@@ -130,12 +132,11 @@ class WeightNorm(Module):
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.variable_filter = variable_filter
-        self.scales: dict[str, Param] | None = None
+        self.promote_dtype = promote_dtype
+        self.scales: dict[Path, Param] | None = None
         if use_scale:
             self.scales = {
-                format_path(path): Param(
-                    scale_init(rngs.params(), self._scale_shape(path, param), param_dtype)
-                )
+                path: Param(scale_init(rngs.params(), self._scale_shape(path, param), param_dtype))
                 for path, param in self._selected()
             }
 
@@ -161,13 +162,13 @@ class WeightNorm(Module):
         normalized = _l2_normalize(value, reduction, self.epsilon)
         operands = [value]
         if self.scales is not None:
-            scale = self.scales.get(format_path(path))
+            scale = self.scales.get(path)
             if scale is None:
                 raise _missing("WeightNorm", "scale", path)
             shape = [value.shape[a] if a in feature_axes else 1 for a in range(value.ndim)]
             normalized = normalized * scale.value.reshape(shape)
             operands.append(scale.value)
-        return jnp.asarray(normalized, _output_dtype(self.dtype, *operands))
+        return self.promote_dtype((normalized, *operands), dtype=self.dtype)[0]
 
     def __call__(self, x: jax.Array, *args: Any, **kwargs: Any) -> Any:
         """Call ``layer_instance(x, *args, **kwargs)`` with its selected weights normalized."""
@@ -180,7 +181,8 @@ class SpectralNorm(Module):
 
     Every Param of ``layer_instance`` with two or more dimensions is divided by ``sigma``, its
     largest singular value, estimated by ``n_steps`` of power iteration from the stored vector
-    ``u``. ``u`` and ``sigma`` are BatchStats in ``self.batch_stats[path]``; in training mode
+    ``u``. ``u`` and ``sigma`` are BatchStats in ``self.batch_stats``, keyed as in flax.nnx by
+    the Param's path and the name (``batch_stats[("kernel", "u")]``); in training mode
     (``update_stats=True``, set by ``model.train()``) each call stores the new estimates, in
     evaluation mode (``model.eval()``) they are only read. Weights with more than two
     dimensions are flattened to ``(-1, last axis)``; 0-D and 1-D Params are left alone.
@@ -208,7 +210,7 @@ class SpectralNorm(Module):
         >>> layer.layer_instance.kernel.value = jnp.array([[4.0, 0.0], [0.0, 2.0]])
         >>> layer(jnp.array([[1.0, 1.0]])).round(3)
         Array([[1. , 0.5]], dtype=float32)
-        >>> layer.batch_stats["kernel"]["sigma"].value.round(3)
+        >>> layer.batch_stats[("kernel", "sigma")].value.round(3)
         Array(4., dtype=float32)
         >>> _ = layer.eval()
         >>> layer.update_stats
@@ -235,13 +237,14 @@ class SpectralNorm(Module):
         self.error_on_non_matrix = error_on_non_matrix
         # model.train()/eval() switch use_running_average; update_stats is its negation.
         self.use_running_average = not update_stats
-        self.batch_stats: dict[str, dict[str, BatchStat]] = {}
+        self.batch_stats: dict[Path, BatchStat] = {}
         for path, param in self._selected():
             columns = param.value.shape[-1]
             key = rngs.params()
             u = initializers.normal()(key, (1, columns), param_dtype)
             sigma = initializers.ones(key, (), param_dtype)
-            self.batch_stats[format_path(path)] = {"u": BatchStat(u), "sigma": BatchStat(sigma)}
+            self.batch_stats[(*path, "u")] = BatchStat(u)
+            self.batch_stats[(*path, "sigma")] = BatchStat(sigma)
 
     @property
     def update_stats(self) -> bool:
@@ -269,11 +272,12 @@ class SpectralNorm(Module):
         return selected
 
     def _normalized(self, path: tuple[Any, ...], param: Param, update_stats: bool) -> jax.Array:
-        stats = self.batch_stats.get(format_path(path))
-        if stats is None or stats["u"].value.shape[-1] != param.value.shape[-1]:
+        u_stat = self.batch_stats.get((*path, "u"))
+        sigma_stat = self.batch_stats.get((*path, "sigma"))
+        if u_stat is None or sigma_stat is None or u_stat.shape[-1] != param.value.shape[-1]:
             raise _missing("SpectralNorm", "u/sigma statistics", path)
         weight = param.value.reshape(-1, param.value.shape[-1])
-        u = stats["u"].value
+        u = u_stat.value
         for _ in range(self.n_steps):
             v = _l2_normalize(u @ weight.T, None, self.epsilon)
             u = _l2_normalize(v @ weight, None, self.epsilon)
@@ -281,9 +285,9 @@ class SpectralNorm(Module):
         sigma = (v @ weight @ u.T)[0, 0]
         weight = weight / jnp.where(sigma != 0, sigma, 1)
         if update_stats:
-            stats["u"].value = u
-            stats["sigma"].value = sigma
-        dtype = _output_dtype(self.dtype, weight, u, v, sigma)
+            u_stat.value = u
+            sigma_stat.value = sigma
+        dtype = jnp.result_type(weight, u, v, sigma) if self.dtype is None else self.dtype
         return jnp.asarray(weight.reshape(param.value.shape), dtype)
 
     def __call__(self, x: jax.Array, update_stats: bool | None = None) -> Any:

@@ -227,9 +227,11 @@ def _classify(param: inspect.Parameter, annotation: Any) -> str:
         return "initializer"
     if _is_variable_kind(default, annotation):
         return "variable"
-    if name.endswith("dtype") or name in _DTYPE_PARAMS or _is_dtype_default(default):
+    callable_annotation = _is_callable_annotation(annotation)  # (``promote_dtype`` is one)
+    dtype_name = name.endswith("dtype") or name in _DTYPE_PARAMS
+    if (dtype_name and not callable_annotation) or _is_dtype_default(default):
         return "dtype"
-    if name.endswith("activation") or name.endswith("_fn") or _is_callable_annotation(annotation):
+    if name.endswith("activation") or name.endswith("_fn") or callable_annotation:
         return "activation"
     if default is not _EMPTY:
         try:

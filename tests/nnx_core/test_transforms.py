@@ -362,7 +362,7 @@ def test_scan_over_layers_with_dropout_and_batchnorm():
     blocks = nnx.vmap(lambda k: Block(nnx.Rngs(k)))(jax.random.split(jax.random.key(0), 3))
     assert blocks.linear.kernel.shape == (3, 4, 4)
     mean_before = blocks.bn.mean.value
-    counts_before = blocks.dropout.rngs.default.count.value
+    counts_before = blocks.dropout.rngs.count.value
 
     @nnx.jit
     def forward(blocks, x):
@@ -374,7 +374,7 @@ def test_scan_over_layers_with_dropout_and_batchnorm():
     assert y1.shape == (8, 4)
     assert not np.allclose(y1, y2)  # dropout keys advance between calls
     assert blocks.bn.mean.shape == (3, 4) and not np.allclose(blocks.bn.mean.value, mean_before)
-    counts = blocks.dropout.rngs.default.count.value  # one stream per layer, advanced per call
+    counts = blocks.dropout.rngs.count.value  # one stream per layer, advanced per call
     assert counts.shape == (3,) and (counts - counts_before).tolist() == [2, 2, 2]
     blocks.eval()
     np.testing.assert_allclose(forward(blocks, x), forward(blocks, x), rtol=1e-6)

@@ -396,8 +396,10 @@ def test_call_errors_on_inputs_and_masks():
         layer(x)
     with pytest.raises(ValueError, match="got inputs_v but no inputs_k"):
         layer(x, None, jnp.ones((B, T, 6)))
-    with pytest.raises(TypeError, match="MultiHeadAttention expects a floating-point input"):
-        layer(jnp.ones((B, T, F), jnp.int32), jnp.ones((B, T, 6)))
+    with pytest.raises(
+        TypeError, match="MultiHeadAttention expects a numeric input, got dtype key"
+    ):
+        layer(jax.random.split(jax.random.key(0), (B, T, F)), jnp.ones((B, T, 6)))
     with pytest.raises(
         ValueError, match=r"mask of shape \(2, 3, 5, 5\) does not broadcast to .* = \(2, 2, 5, 5\)"
     ):
@@ -459,3 +461,48 @@ def test_decode_past_the_end_under_jit_is_nan_even_where_a_mask_hides_the_last_p
         assert np.isfinite(step(layer, jnp.ones((B, 1, F)), first_only)).all()
     for _ in range(2):
         assert np.isnan(step(layer, jnp.ones((B, 1, F)), first_only)).all()
+
+
+def test_set_view_sets_the_modes_and_creates_the_cache():
+    layer = MultiHeadAttention(2, 6, dropout_rate=0.5, rngs=nnx.Rngs(0))
+    layer.set_view(deterministic=True)
+    assert layer.deterministic is True and layer.decode is None and layer.cached_key is None
+    layer.set_view(decode=True, batch_size=(2, 3), max_length=4)
+    assert layer.decode is True and layer.cached_key.value.shape == (2, 3, 4, 2, 3)
+    assert layer(jnp.ones((2, 3, 1, 6))).shape == (2, 3, 1, 6)
+    layer.set_view(decode=False)
+    assert layer.decode is False and layer.cached_key is not None
+    with pytest.raises(
+        TypeError, match=r"set_view\(decode=True\) creates the decoding cache, so it needs"
+    ):
+        MultiHeadAttention(2, 6, rngs=nnx.Rngs(0)).set_view(decode=True, batch_size=1)
+
+
+def test_decoding_under_x64_matches_flax():
+    with jax.enable_x64(True):
+        ours, theirs = _pair(2, 4, qkv_features=4, decode=True)
+        x = jnp.ones((1, 4, 4))
+        ours.init_cache(x.shape, dtype=x.dtype)
+        theirs.init_cache(x.shape, dtype=x.dtype)
+        for t in range(2):
+            np.testing.assert_allclose(
+                ours(x[:, t : t + 1]), theirs(x[:, t : t + 1]), rtol=1e-6, atol=1e-6
+            )
+
+
+def test_dot_general_hooks_reach_the_projections():
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[1].shape)
+        return jax.lax.dot_general(*args, **kwargs)
+
+    class Counted:
+        def __call__(self, *args, **kwargs):
+            return counted(*args, **kwargs)
+
+    layer = MultiHeadAttention(
+        2, 4, decode=False, qkv_dot_general=counted, out_dot_general_cls=Counted, rngs=nnx.Rngs(0)
+    )
+    layer(jnp.ones((1, 3, 4)))
+    assert calls == [(4, 2, 2)] * 3 + [(2, 2, 4)]

@@ -200,9 +200,11 @@ def test_conv_wrong_rank():
         Conv(4, 8, (3, 3), kernel_init=zeros, rngs=Rngs(0))(jnp.ones((5, 4)))
 
 
-def test_conv_integer_input():
-    with pytest.raises(TypeError, match="Conv expects a floating-point input"):
-        Conv(4, 8, 3, kernel_init=zeros, rngs=Rngs(0))(jnp.ones((1, 5, 4), jnp.uint8))
+def test_conv_non_numeric_input():
+    with pytest.raises(TypeError, match="Conv expects a numeric input, got dtype key"):
+        Conv(4, 8, 3, kernel_init=zeros, rngs=Rngs(0))(
+            jax.random.split(jax.random.key(0), (1, 5, 4))
+        )
 
 
 # --- ConvTranspose ---------------------------------------------------------------------------
@@ -281,8 +283,8 @@ def test_conv_transpose_errors():
     layer = ConvTranspose(2, 3, 3, kernel_init=zeros, rngs=Rngs(0))
     with pytest.raises(ValueError, match="ConvTranspose expects an input whose last axis is 2"):
         layer(jnp.ones((1, 4, 3)))
-    with pytest.raises(TypeError, match="ConvTranspose expects a floating-point input"):
-        layer(jnp.ones((1, 4, 2), jnp.int32))
+    with pytest.raises(TypeError, match="ConvTranspose expects a numeric input, got dtype key"):
+        layer(jax.random.split(jax.random.key(0), (1, 4, 2)))
     with pytest.raises(ValueError, match="ConvTranspose mask must have the kernel's shape"):
         ConvTranspose(2, 3, 3, mask=jnp.ones((3,)), kernel_init=zeros, rngs=Rngs(0))
 
@@ -309,3 +311,24 @@ def test_circular_transposed_kernel_is_the_gradient_of_circular_conv(
     grid = tuple(n * s for n, s in zip(sizes, stride_tuple))
     _, vjp = jax.vjp(conv, jnp.zeros((1, *grid, 2)))
     np.testing.assert_allclose(up(x), vjp(x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_conv_general_dilated_hook_matches_flax(copy_params, assert_close):
+    def doubled(*args, **kwargs):
+        return 2 * jax.lax.conv_general_dilated(*args, **kwargs)
+
+    ours = Conv(2, 3, (3,), conv_general_dilated=doubled, kernel_init=zeros, rngs=Rngs(0))
+    theirs = fnnx.Conv(
+        2,
+        3,
+        (3,),
+        conv_general_dilated=doubled,
+        kernel_init=fnnx.initializers.zeros,
+        rngs=fnnx.Rngs(0),
+    )
+    copy_params(ours, theirs, ["kernel", "bias"])
+    x = jnp.linspace(-1, 1, 10).reshape(1, 5, 2)
+    assert_close(ours(x), theirs(x))
+    plain = Conv(2, 3, (3,), kernel_init=zeros, rngs=Rngs(0))
+    plain.kernel.value, plain.bias.value = ours.kernel.value, ours.bias.value
+    assert_close(ours(x) - ours.bias.value, 2 * (plain(x) - plain.bias.value))

@@ -140,22 +140,53 @@ def test_shape_errors():
     q, k, v = _qkv((2,))
     with pytest.raises(
         ValueError,
-        match=r"query and key of shapes \(batch..., length, heads, depth\) with the same batch axes, got \(4, 2, 3\) and \(2, 6, 2, 3\)",
+        match=r"query and key must have same rank, both \(batch..., length, heads, depth\) .* "
+        r"got \(4, 2, 3\) and \(2, 6, 2, 3\)",
     ):
         dot_product_attention(q[0], k, v)
     with pytest.raises(
-        ValueError, match=r"same depth \(last axis\), got \(2, 4, 2, 3\) and \(2, 6, 2, 2\)"
+        ValueError,
+        match=r"query and key batch dims must match .* got \(2, 4, 2, 3\) and \(3, 6, 2, 3\)",
+    ):
+        dot_product_attention(q, jnp.ones((3, 6, 2, 3)), jnp.ones((3, 6, 2, 3)))
+    with pytest.raises(
+        ValueError,
+        match=r"q, k depths must match \(the last axis\), got \(2, 4, 2, 3\) and \(2, 6, 2, 2\)",
     ):
         dot_product_attention_weights(q, k[..., :2])
     with pytest.raises(
-        ValueError, match=r"query heads \(2\) that is a multiple of the key/value heads \(3\)"
+        ValueError,
+        match=r"query heads \(2\) must be a multiple of the number of key/value heads \(3\)",
     ):
         dot_product_attention(q, jnp.ones((2, 6, 3, 3)), jnp.ones((2, 6, 3, 4)))
     with pytest.raises(
         ValueError,
-        match=r"key and value with the same batch axes, length and heads .* got \(2, 6, 2, 3\) and \(2, 5, 2, 3\)",
+        match=r"k, v lengths must match \(axis -3\), got \(2, 6, 2, 3\) and \(2, 5, 2, 3\)",
     ):
         dot_product_attention(q, k, v[:, :5])
+    with pytest.raises(
+        ValueError, match=r"key and value must have same rank and batch dims must match"
+    ):
+        dot_product_attention(q, k, v[0])
+    with pytest.raises(
+        ValueError, match=r"key and value must have the same number of heads \(axis -2\)"
+    ):
+        dot_product_attention(q, k, jnp.ones((2, 6, 1, 3)))
+
+
+@pytest.mark.parametrize(
+    ("q_shape", "k_shape", "v_shape", "phrase"),
+    [  # flax.nnx's phrases for the same causes, which its users' code matches
+        ((2, 16, 4, 8), (16, 4, 8), (16, 4, 8), "same rank"),
+        ((2, 16, 4, 8), (3, 16, 4, 8), (3, 16, 4, 8), "batch dims"),
+        ((2, 16, 4, 8), (2, 16, 4, 8), (2, 15, 4, 8), "lengths must match"),
+        ((2, 16, 4, 8), (2, 16, 4, 7), (2, 16, 4, 8), "depths must match"),
+    ],
+)
+def test_shape_errors_contain_flax_phrases(q_shape, k_shape, v_shape, phrase):
+    q, k, v = jnp.ones(q_shape), jnp.ones(k_shape), jnp.ones(v_shape)
+    with pytest.raises(ValueError, match=phrase):
+        dot_product_attention(q, k, v, dropout_rate=0.1, dropout_rng=jax.random.key(0))
 
 
 def test_mask_and_bias_errors():

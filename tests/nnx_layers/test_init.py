@@ -26,6 +26,7 @@ def test_public_names():
         "Initializer",
         "RNNCellBase",
         "pool",
+        "promote_dtype",
     }  # (no config spelling)
     assert set(nnx_layers.__all__) == builtin | kinds | others
     for name, target in entry_points.items():

@@ -109,9 +109,9 @@ def test_linear_errors_on_wrong_width():
         layer(jnp.ones(()))
 
 
-def test_linear_errors_on_integer_input():
-    with pytest.raises(TypeError, match="Linear expects a floating-point input, got dtype int32"):
-        Linear(3, 4, rngs=Rngs(0))(jnp.ones((2, 3), jnp.int32))
+def test_linear_errors_on_non_numeric_input():
+    with pytest.raises(TypeError, match="Linear expects a numeric input, got dtype key<fry>"):
+        Linear(3, 4, rngs=Rngs(0))(jax.random.split(jax.random.key(0), (2, 3)))
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True])
@@ -208,3 +208,33 @@ def test_linear_runs_tensor_parallel_under_shard_map():
 
     out = json.loads(run_in_devices(TENSOR_PARALLEL).strip().splitlines()[-1])
     np.testing.assert_allclose(out["y"], out["expected"], rtol=1e-5)
+
+
+def test_linear_dot_general_hook_matches_flax(copy_params, assert_close):
+    seen = []
+
+    def scaled(*args, **kwargs):
+        seen.append(sorted(kwargs))
+        return 0.5 * jax.lax.dot_general(*args, **kwargs)
+
+    ours = Linear(3, 2, dot_general=scaled, kernel_init=initializers.zeros, rngs=Rngs(0))
+    theirs = fnnx.Linear(
+        3, 2, dot_general=scaled, kernel_init=fnnx.initializers.zeros, rngs=fnnx.Rngs(0)
+    )
+    copy_params(ours, theirs, ["kernel", "bias"])
+    x = jnp.linspace(-1, 1, 6).reshape(2, 3)
+    assert_close(ours(x), theirs(x))
+    assert seen[0] == ["precision"]  # flax.nnx also passes out_sharding=None
+
+
+def test_embed_attend_and_lookup_take_out_sharding_and_promote_dtype():
+    calls = []
+
+    def recorded(arrays, /, *, dtype=None, inexact=True):
+        calls.append(inexact)
+        return tuple(None if a is None else jnp.asarray(a, dtype) for a in arrays)
+
+    embed = Embed(4, 2, promote_dtype=recorded, rngs=Rngs(0))
+    assert embed(jnp.array([1, 3]), out_sharding=None).shape == (2, 2)
+    assert embed.attend(jnp.ones((3, 2)), out_sharding=None).shape == (3, 4)
+    assert calls == [False, True]

@@ -1,4 +1,4 @@
-"""LinearGeneral and Einsum: parity with flax.nnx (init, outputs, gradients), configs, errors."""
+"""LinearGeneral: parity with flax.nnx (init, outputs, gradients), configs, errors."""
 
 import inspect
 from collections.abc import Mapping
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import nnx_core as nnx
-from nnx_layers import Einsum, LinearGeneral, initializers
+from nnx_layers import LinearGeneral, initializers
 from nnx_plugins.testing import check_layer
 
 
@@ -35,7 +35,8 @@ def _signature_check(ours, theirs, skip=()):
 
 def test_signatures_match_flax():
     _signature_check(LinearGeneral, fnnx.LinearGeneral)
-    _signature_check(Einsum, fnnx.Einsum)
+    ours = list(inspect.signature(LinearGeneral.__init__).parameters)
+    assert ours == list(inspect.signature(fnnx.LinearGeneral.__init__).parameters)
 
 
 # --- LinearGeneral ---------------------------------------------------------------------------
@@ -198,118 +199,31 @@ def test_linear_general_call_errors():
         ValueError, match=r"expects batch sizes \{0: 2\} \(batch_axis\), got \{0: 5\}"
     ):
         batched(jnp.ones((5, 3)))
-    with pytest.raises(TypeError, match="LinearGeneral expects a floating-point input"):
-        batched(jnp.ones((2, 3), jnp.int32))
+    with pytest.raises(TypeError, match="LinearGeneral expects a numeric input, got dtype key"):
+        batched(jax.random.split(jax.random.key(0), (2, 3)))
 
 
-# --- Einsum ----------------------------------------------------------------------------------
+def test_dot_general_and_dot_general_cls_replace_the_contraction():
+    calls = []
 
-EINSUM_CASES = [
-    ("nta,hab->nthb", (8, 2, 4), (8, 4), (3, 5, 2)),
-    ("...a,ab->...b", (3, 4), (4,), (2, 5, 3)),
-    ("btd,dh->bth", (3, 4), None, (2, 5, 3)),
-    ("ab,bc->ca", (3, 4), (4, 1), (2, 3)),
-    ("a...d,dh->a...h", (3, 2), (2,), (2, 4, 5, 3)),
-]
+    def doubled(*args, **kwargs):
+        calls.append(sorted(kwargs))
+        return 2 * jax.lax.dot_general(*args, **kwargs)
 
+    class Doubled:
+        def __call__(self, *args, **kwargs):
+            return doubled(*args, **kwargs)
 
-def test_einsum_default_init_matches_flax_from_the_same_key():
-    ours = Einsum("nta,hab->nthb", (8, 2, 4), (8, 4), rngs=nnx.Rngs(0))
-    theirs = fnnx.Einsum("nta,hab->nthb", (8, 2, 4), (8, 4), rngs=fnnx.Rngs(0))
-    np.testing.assert_array_equal(ours.kernel.value, theirs.kernel[...])
-    np.testing.assert_array_equal(ours.bias.value, theirs.bias[...])
-
-
-@pytest.mark.parametrize(("equation", "kernel_shape", "bias_shape", "shape"), EINSUM_CASES)
-def test_einsum_matches_flax(equation, kernel_shape, bias_shape, shape, copy_params, assert_close):
-    ours = Einsum(
-        equation, kernel_shape, bias_shape, kernel_init=initializers.zeros, rngs=nnx.Rngs(0)
+    x = jnp.ones((2, 3))
+    plain = LinearGeneral(3, 4, rngs=nnx.Rngs(0))
+    for options in ({"dot_general": doubled}, {"dot_general_cls": Doubled}):
+        layer = LinearGeneral(3, 4, **options, rngs=nnx.Rngs(0))
+        np.testing.assert_allclose(
+            layer(x) - layer.bias.value, 2 * (plain(x) - plain.bias.value), rtol=1e-6
+        )
+    # only the keywords that are set reach a user's function (as in flax.nnx)
+    assert calls == [["precision"], ["precision"]]
+    LinearGeneral(3, 4, dot_general=doubled, preferred_element_type=jnp.float32, rngs=nnx.Rngs(0))(
+        x
     )
-    theirs = fnnx.Einsum(
-        equation, kernel_shape, bias_shape, kernel_init=fnnx.initializers.zeros, rngs=fnnx.Rngs(0)
-    )
-    copy_params(ours, theirs, ["kernel", "bias"])
-    x = _x(shape)
-    assert_close(ours(x), theirs(x))
-    dx = jax.grad(lambda x: (ours(x) ** 2).sum())(x)
-    assert_close(dx, jax.grad(lambda x: (theirs(x) ** 2).sum())(x), 10.0)
-
-
-@pytest.mark.parametrize("dtype", [None, jnp.bfloat16])
-def test_einsum_dtypes_and_call_equation_match_flax(dtype, copy_params, assert_close):
-    kwargs = dict(dtype=dtype, param_dtype=jnp.float32)
-    ours = Einsum(
-        "btd,dh->bth", (3, 4), (4,), **kwargs, kernel_init=initializers.zeros, rngs=nnx.Rngs(0)
-    )
-    theirs = fnnx.Einsum(
-        "btd,dh->bth",
-        (3, 4),
-        (4,),
-        **kwargs,
-        kernel_init=fnnx.initializers.zeros,
-        rngs=fnnx.Rngs(0),
-    )
-    copy_params(ours, theirs, ["kernel", "bias"])
-    x = _x((2, 5, 3), jnp.bfloat16)
-    assert_close(ours(x), theirs(x))
-    assert_close(ours(x, "b t d, d h -> t b h"), theirs(x, "b t d, d h -> t b h"))
-
-
-def test_einsum_works_from_a_config():
-    config = {"einsum_str": "btd,dh->bth", "kernel_shape": [8, 4], "bias_shape": [4]}
-    assert check_layer("Einsum", config, input_shape=(2, 5, 8)).output_shape == (2, 5, 4)
-
-
-@pytest.mark.parametrize(
-    ("args", "match"),
-    [
-        (
-            ("btd,dh", (3, 4)),
-            r"must be explicit, with one '->' before the output axes, got 'btd,dh'",
-        ),
-        (
-            ("btd->bt", (3, 4)),
-            r"exactly two operands \(the input, then the kernel\), got 1 in 'btd->bt'",
-        ),
-        (("b1d,dh->bh", (3, 4)), r"terms may hold letters and one '...', got 'b1d'"),
-        (("btd,...h->bth", (3, 4)), r"kernel term '...h' uses '...'"),
-        (("btd,dh->btz", (3, 4)), r"has output axes \['z'\] that neither operand has"),
-        (
-            ("btd,dh->bth", (3, 4, 5)),
-            r"kernel term 'dh' of 'btd,dh->bth' names 2 axes, but kernel_shape=\(3, 4, 5\) has 3",
-        ),
-        (
-            ("btd,dh->bth", (3, 4), (5,)),
-            r"bias_shape=\(5,\) has 5 entries, but the kernel axes kept in the output .* \('h'\) have sizes \(4,\). Pass bias_shape=\(4,\)",
-        ),
-        (
-            ("btd,dh->bth", (3, 0)),
-            r"Einsum kernel_shape must be a positive int or a non-empty sequence",
-        ),
-    ],
-)
-def test_einsum_construction_errors(args, match):
-    with pytest.raises(ValueError, match=match):
-        Einsum(*args, rngs=nnx.Rngs(0))
-
-
-def test_einsum_call_errors():
-    layer = Einsum("btd,dh->bth", (3, 4), (4,), rngs=nnx.Rngs(0))
-    with pytest.raises(
-        ValueError,
-        match=r"expects an input with the axes 'btd', got shape \(5, 3\) \(2 dimensions\)",
-    ):
-        layer(jnp.ones((5, 3)))
-    with pytest.raises(
-        ValueError,
-        match=r"input axis 'd' has size 2 \(shape \(1, 5, 2\)\) but the kernel's has size 3",
-    ):
-        layer(jnp.ones((1, 5, 2)))
-    with pytest.raises(
-        ValueError, match=r"does not fit the kernel axes kept in the output of 'btd,dh->btd'"
-    ):
-        layer(jnp.ones((1, 5, 3)), "btd,dh->btd")
-    with pytest.raises(TypeError, match="Einsum einsum_str must be a string, got None"):
-        Einsum(None, (3, 4), rngs=nnx.Rngs(0))
-    with pytest.raises(TypeError, match="Einsum expects a floating-point input"):
-        layer(jnp.ones((1, 5, 3), jnp.int32))
+    assert calls[-1] == ["precision", "preferred_element_type"]

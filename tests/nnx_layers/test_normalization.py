@@ -176,8 +176,8 @@ def test_batchnorm_errors():
         ValueError, match=r"BatchNorm expects 3 features over axes \(1,\), got shape \(2, 4\)"
     ):
         bn(jnp.ones((2, 4)))
-    with pytest.raises(TypeError, match="BatchNorm expects a floating-point input"):
-        bn(jnp.ones((2, 3), jnp.int32))
+    with pytest.raises(TypeError, match="BatchNorm expects a numeric input, got dtype key"):
+        bn(jax.random.split(jax.random.key(0), (2, 3)))
     with pytest.raises(ValueError, match="BatchNorm axis 2 is out of range"):
         BatchNorm(3, axis=2, rngs=Rngs(0))(jnp.ones((2, 3)))
     with pytest.raises(ValueError, match="BatchNorm has use_running_average=None"):
@@ -295,9 +295,19 @@ def test_norm_errors(cls):
         ValueError, match=rf"{name} expects 4 features over axes \(1,\), got shape \(2, 3\)"
     ):
         cls(4, rngs=Rngs(0))(jnp.ones((2, 3)))
-    with pytest.raises(TypeError, match=f"{name} expects a floating-point input, got dtype int32"):
-        cls(3, rngs=Rngs(0))(jnp.ones((2, 3), jnp.int32))
+    with pytest.raises(TypeError, match=f"{name} expects a numeric input, got dtype key<fry>"):
+        cls(3, rngs=Rngs(0))(jax.random.split(jax.random.key(0), (2, 3)))
     with pytest.raises(ValueError, match=f"{name} axis -3 is out of range"):
         cls(3, reduction_axes=-3, rngs=Rngs(0))(jnp.ones((2, 3)))
     with pytest.raises(ValueError, match=f"{name} epsilon must be a finite non-negative number"):
         cls(3, epsilon="small", rngs=Rngs(0))
+
+
+def test_batchnorm_set_view():
+    bn = BatchNorm(3, rngs=Rngs(0))
+    bn.set_view()
+    assert bn.use_running_average is False
+    bn.set_view(use_running_average=True)
+    x = jnp.arange(6.0).reshape(2, 3)
+    np.testing.assert_allclose(bn(x), x / jnp.sqrt(1 + bn.epsilon), rtol=1e-6)
+    np.testing.assert_array_equal(bn.mean.value, jnp.zeros(3))

@@ -1,6 +1,7 @@
 """PReLU: parity with flax.nnx (values, gradients, dtypes), configs and errors."""
 
 import flax.nnx as fnnx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -61,5 +62,9 @@ def test_errors():
         PReLU("x")
     with pytest.raises(TypeError, match="must be a number or initializers.constant"):
         PReLU(initializers.normal())
-    with pytest.raises(TypeError, match="PReLU expects a floating-point input, got dtype int32"):
+    with pytest.raises(
+        TypeError, match=r"PReLU with dtype=None computes in the input's dtype, got dtype int32"
+    ):
         PReLU()(jnp.ones(3, jnp.int32))
+    with pytest.raises(TypeError, match="PReLU expects a numeric input, got dtype key<fry>"):
+        PReLU()(jax.random.split(jax.random.key(0), 3))

@@ -17,8 +17,8 @@ from nnx_plugins.testing import check_layer
 
 from ._parity import check_grads, sync_params
 
-# flax-only arguments of RNN: transform settings (state axes, broadcast Rng filters).
-FLAX_ONLY = {"state_axes", "broadcast_rngs"}
+# flax-only argument of RNN: a transform setting (how each kind of the cell's state is scanned).
+FLAX_ONLY = {"state_axes"}
 
 
 def _cells(name="LSTMCell", **options):
@@ -298,3 +298,39 @@ def test_rngs_must_be_rngs_a_stream_or_a_bool():
         RNN(cell, rngs=0)
     with pytest.raises(TypeError, match="Bidirectional rngs must be an Rngs, an RngStream or a"):
         Bidirectional(RNN(cell), RNN(cell), rngs="carry")
+
+
+class _RecurrentDropoutCell(LSTMCell):
+    """An LSTM whose output goes through a Dropout on its own stream (flax.nnx's test case)."""
+
+    def __init__(self, *args, rngs, **kwargs):
+        super().__init__(*args, rngs=rngs, **kwargs)
+        self.recurrent_dropout = nl.Dropout(0.5, rng_collection="recurrent_dropout", rngs=rngs)
+
+    def __call__(self, carry, x):
+        (c, h), _ = super().__call__(carry, x)
+        mask = self.recurrent_dropout(jnp.ones_like(h))
+        return (c, h * mask), mask
+
+
+@pytest.mark.parametrize("only", ["recurrent_dropout", nnx.WithTag("recurrent_dropout")])
+def test_broadcast_rngs_give_every_step_the_same_keys(only):
+    rnn = RNN(_RecurrentDropoutCell(3, 16, rngs=Rngs(0, recurrent_dropout=1)), broadcast_rngs=only)
+    stream = rnn.cell.recurrent_dropout.rngs
+    key = jax.random.key_data(stream.key.value)
+    masks = rnn(jnp.ones((2, 5, 3)))
+    assert all(bool((masks[:, t] == masks[:, 0]).all()) for t in range(5))
+    assert not bool((masks[:, 0] == masks[:, 0, :1]).all())  # (a real mask, not all kept)
+    # one draw per call: the count advanced by one, the key is the stream's own again
+    assert int(stream.count.value) == 1
+    np.testing.assert_array_equal(jax.random.key_data(stream.key.value), key)
+    again = nnx.jit(lambda m, x: m(x))(rnn, jnp.ones((2, 5, 3)))
+    assert int(stream.count.value) == 2 and not bool((again[:, 0] == masks[:, 0]).all())
+    assert all(bool((again[:, t] == again[:, 0]).all()) for t in range(5))
+
+
+def test_without_broadcast_rngs_each_step_draws_its_own_keys():
+    rnn = RNN(_RecurrentDropoutCell(3, 16, rngs=Rngs(0, recurrent_dropout=1)))
+    masks = rnn(jnp.ones((2, 5, 3)))
+    assert not all(bool((masks[:, t] == masks[:, 0]).all()) for t in range(5))
+    assert int(rnn.cell.recurrent_dropout.rngs.count.value) == 5

@@ -96,7 +96,7 @@ BAD_MANIFESTS = {
         "'stored_as' 'uint8' does not fit dtype bfloat16",
     ),
     "key without impl": (
-        lambda m: m["entries"]["model/layers/2/rngs/default/key"].pop("key_impl"),
+        lambda m: m["entries"]["model/layers/2/rngs/key"].pop("key_impl"),
         "needs its 'key_impl'",
     ),
     "path disagrees with key": (
@@ -166,7 +166,7 @@ def rewrite_tensors(where, change):
             r"the tensor file holds float32\(3,\) but the manifest records float32\(2,\)",
         ),
         (
-            lambda t: t.__setitem__("model/layers/2/rngs/default/key", np.zeros(2, np.float32)),
+            lambda t: t.__setitem__("model/layers/2/rngs/key", np.zeros(2, np.float32)),
             r"records PRNG keys of shape \(\) \(uint32 key data\)",
         ),
     ],
@@ -184,7 +184,7 @@ def test_tensor_shapes_and_dtypes_are_checked_against_the_manifest(checkpoint, c
 def test_an_unknown_key_implementation_is_a_checkpoint_error(checkpoint):
     edit_manifest(
         checkpoint,
-        lambda m: m["entries"]["model/layers/2/rngs/default/key"].__setitem__("key_impl", "nope"),
+        lambda m: m["entries"]["model/layers/2/rngs/key"].__setitem__("key_impl", "nope"),
     )
     with pytest.raises(CheckpointError, match=r"cannot be restored with key_impl 'nope'"):
         load(checkpoint, into=build(1))

@@ -278,7 +278,7 @@ def test_blocks_are_checked_against_the_manifest_before_anything_is_read(
 
 
 def test_key_data_is_checked(checkpoint):
-    key = "model/layers/2/rngs/default/key#0"
+    key = "model/layers/2/rngs/key#0"
     rewrite(checkpoint, FIRST, lambda t: t.__setitem__(key, np.zeros(2, np.float32)))
     with pytest.raises(
         CheckpointError, match=r"records PRNG keys of shape \(\) \(uint32 key data\)"
@@ -289,7 +289,7 @@ def test_key_data_is_checked(checkpoint):
 def test_an_unknown_key_implementation_is_a_checkpoint_error(checkpoint):
     edit_manifest(
         checkpoint,
-        lambda m: m["entries"]["model/layers/2/rngs/default/key"].__setitem__("key_impl", "nope"),
+        lambda m: m["entries"]["model/layers/2/rngs/key"].__setitem__("key_impl", "nope"),
     )
     with pytest.raises(CheckpointError, match=r"cannot be restored with key_impl 'nope'"):
         load(checkpoint, into=build(1))
