@@ -91,7 +91,7 @@ def _diverged(plan: Plan, step: int, what: str) -> TrainingDivergedError:
     where = (
         f"the last checkpoint, {last}, is finite: continue from it with --resume"
         if last
-        else "no checkpoint was written"
+        else "no checkpoint was written before it: train again"
     )
     return TrainingDivergedError(
         f"training stopped: {what} at step {step}; {where} after lowering the learning rate "

@@ -455,6 +455,19 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_finite_checkpoint(po
     assert max(r["step"] for r in rows(tmp_path / "metrics.jsonl")) == 10  # (no NaN logged)
 
 
+def test_a_non_finite_loss_before_any_checkpoint_says_none_was_written(poisoned, tmp_path):
+    from nnx_plugins import TrainingDivergedError
+
+    late = {**poisoned, "checkpoint": {"interval": 100, "keep": 2}}
+    with pytest.raises(
+        TrainingDivergedError,
+        match=rf"NaN or infinite at step {POISON_STEP}; no checkpoint was written before it: "
+        r"train again after lowering the learning rate",
+    ) as info:
+        train(late, run_dir=tmp_path, progress=False)
+    assert info.value.checkpoint is None and not list((tmp_path / "checkpoints").glob("step_*"))
+
+
 def test_the_cli_reports_a_non_finite_loss_in_one_line(poisoned, tmp_path, capsys):
     import yaml
 
