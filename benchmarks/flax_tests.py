@@ -373,7 +373,8 @@ def run_real_side(src: Path, args: argparse.Namespace, *, peer: bool) -> dict[st
         items: dict[str, str] = {}
         for path in (f for f in files if f.name.endswith("_test.py")):
             r = run_pytest(path, timeout=args.timeout)
-            items.update({f"{path.name}::{i}": "" for i in r.passed} | r.failed)
+            items.update({f"{path.name}::{i}": "" for i in r.passed})
+            items.update({f"{path.name}::{i}": err for i, err in r.failed.items()})
         out["examples/gemma (its tests)"] = items
     return out
 
@@ -414,7 +415,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.scratch.is_relative_to(project):
         sys.exit(f"--scratch {args.scratch} is inside the project: flax's files stay outside it")
     src = flax_source(args.flax.resolve(), args.rev, args.scratch)
-    for sub in ("tests", "tests-flax", "toys", "real", "real-flax"):
+    subs = {"tests": ("tests", "tests-flax"), "toys": ("toys",), "real": ("real", "real-flax")}
+    for sub in subs[args.mode]:
         shutil.rmtree(args.scratch / sub, ignore_errors=True)
     print(f"flax {flax_version(src)} from {args.flax}" + (f" @ {args.rev}" if args.rev else ""))
     print(

@@ -16,6 +16,7 @@ from ._filters import Not as Not
 from ._filters import Nothing as Nothing
 from ._filters import OfType as OfType
 from ._filters import PathContains as PathContains
+from ._filters import WithTag as WithTag
 from ._filters import to_predicate as to_predicate
 from ._graph import GraphDef as GraphDef
 from ._graph import register_node_type as register_node_type
@@ -37,11 +38,11 @@ from ._rng_split import fork_rngs as fork_rngs
 from ._rng_split import reseed as reseed
 from ._rng_split import restore_rngs as restore_rngs
 from ._rng_split import split_rngs as split_rngs
+from ._rng_split import with_rngs as with_rngs
 from ._rngs import RngCount as RngCount
 from ._rngs import RngKey as RngKey
 from ._rngs import Rngs as Rngs
 from ._rngs import RngStream as RngStream
-from ._rngs import WithTag as WithTag
 from ._sharding import create_sharded as create_sharded
 from ._sharding import get_named_sharding as get_named_sharding
 from ._sharding import get_partition_spec as get_partition_spec
@@ -180,4 +181,5 @@ __all__ = [
     "with_logical_constraint",
     "with_metadata",
     "with_partitioning",
+    "with_rngs",
 ]

@@ -275,3 +275,13 @@ def test_constant_filters_take_no_or_two_arguments(constant):
 )
 def test_new_filter_reprs(filter_, expected):
     assert repr(filter_) == expected
+
+
+def test_a_string_that_names_no_kind_is_a_tag_as_in_flax():
+    rngs = nnx.Rngs(params=0, dropout=1)
+    _, counts, dropout, params = nnx.split(rngs, nnx.RngCount, "dropout", "params")
+    assert [nnx.format_path(p) for p, _ in dropout.flat_state()] == ["dropout.key"]
+    assert [nnx.format_path(p) for p, _ in params.flat_state()] == ["params.key"]
+    assert len(counts.flat_state()) == 2
+    assert nnx.to_predicate("dropout") == nnx.WithTag("dropout")
+    assert isinstance(nnx.to_predicate("Param"), nnx.OfType)
