@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 import jax
+import numpy as np
 
 from ._filters import Filter, Predicate, _show, check_filters, to_predicate
 from ._variables import Variable, _describe
@@ -92,9 +93,15 @@ class State(MutableMapping):
         self[name] = value
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, State):
+        """Equal paths with equal leaves (the same Variable, or Variables of one kind with
+        equal metadata and values); a plain nested mapping compares as a State of it."""
+        if not isinstance(other, Mapping):
             return NotImplemented
-        return self._mapping == other._mapping
+        mine = self.flat_state()
+        theirs = (other if isinstance(other, State) else State(other)).flat_state()
+        return [p for p, _ in mine] == [p for p, _ in theirs] and all(
+            _same_leaf(a, b) for (_, a), (_, b) in zip(mine, theirs)
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -204,6 +211,32 @@ class State(MutableMapping):
             (p, leaf.replace(values[p]) if isinstance(leaf, Variable) else values[p])
             for p, leaf in flat.items()
         )
+
+
+def _same_leaf(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, Variable) or isinstance(b, Variable):
+        if type(a) is not type(b) or a.metadata.keys() != b.metadata.keys():
+            return False
+        same_meta = all(_same_value(a.metadata[k], b.metadata[k]) for k in a.metadata)
+        return same_meta and _same_value(a._value, b._value)
+    return _same_value(a, b)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    if ta != tb:
+        return False
+    for x, y in zip(la, lb):
+        if hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x = jax.random.key_data(x)
+        if hasattr(y, "dtype") and jax.dtypes.issubdtype(y.dtype, jax.dtypes.prng_key):
+            y = jax.random.key_data(y)
+        if not np.array_equal(np.asarray(x), np.asarray(y)):
+            return False
+    return True
 
 
 def _flatten_into(state: State, prefix: Path, out: list[tuple[Path, Any]]) -> None:
