@@ -49,7 +49,8 @@ def test_equality_and_unhashability():
     assert a == {"x": {"y": 1}} and a != {"x": {"y": 2}}  # a plain mapping, as in flax.nnx
     assert nnx.State({}) == {} and (a == [1]) is False
     v = nnx.Param(jnp.ones(2))
-    assert nnx.State({"v": v}) == {"v": nnx.Param(jnp.ones(2))} != {"v": nnx.BatchStat(jnp.ones(2))}
+    assert nnx.State({"v": v}) == {"v": nnx.Param(jnp.ones(2))}
+    assert nnx.State({"v": v}) != {"v": nnx.BatchStat(jnp.ones(2))}
     assert nnx.State({"v": v}) != {"v": nnx.Param(jnp.ones(2), note=1)}
     assert nnx.State() == nnx.State({})
     with pytest.raises(TypeError, match="unhashable type: 'State'"):
