@@ -246,8 +246,9 @@ def check_filters(filters: tuple[Filter, ...]) -> tuple[Predicate, ...]:
     for i, f in enumerate(filters[:-1]):
         if f is Ellipsis or f is True:
             raise ValueError(
-                f"`...` (everything) may only be the last filter, but it is filter {i} of "
-                f"{len(filters)}: {tuple(map(_show, filters))}. Move it to the end."
+                f"`...` or `True` can only be used as the last filters: `...` (everything) may "
+                f"only be the last filter, but it is filter {i} of {len(filters)}: "
+                f"{tuple(map(_show, filters))}. Move it to the end."
             )
     return tuple(to_predicate(f) for f in filters)
 

@@ -48,14 +48,20 @@ class Module(Pytree):
     """
 
     # -- modes -------------------------------------------------------------------------------
-    def set_attributes(self: M, *, raise_if_not_found: bool = True, **attributes: Any) -> M:
-        """Set ``attributes`` on every submodule (and this module) that already has them.
+    def set_attributes(
+        self: M, *filters: Filter, raise_if_not_found: bool = True, **attributes: Any
+    ) -> M:
+        """Set ``attributes`` on every submodule (and this module) that already has them; with
+        ``filters`` (e.g. ``nnx.Dropout``), only on the modules they select.
 
         Raises:
-            AttributeError: no module in the graph has one of the attributes.
+            ValueError: no (selected) module in the graph has one of the attributes.
         """
         found = set()
-        for _, module in self.iter_modules():
+        pred = to_predicate(filters) if filters else None
+        for path, module in self.iter_modules():
+            if pred is not None and not pred(path, module):
+                continue
             d = vars(module)
             for name, value in attributes.items():
                 if name in d:
@@ -63,9 +69,10 @@ class Module(Pytree):
                     found.add(name)
         missing = set(attributes) - found
         if missing and raise_if_not_found:
-            raise AttributeError(
-                f"No module in {type(self).__name__} has the attribute(s) {sorted(missing)}; "
-                "pass raise_if_not_found=False to ignore."
+            raise ValueError(
+                f"Could not find at least one instance of the following attributes: "
+                f"{sorted(missing)} in the modules of {type(self).__name__}; pass "
+                "raise_if_not_found=False to ignore."
             )
         return self
 

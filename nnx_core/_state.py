@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
@@ -119,14 +120,19 @@ class State(MutableMapping):
         return out
 
     @classmethod
-    def from_flat_state(cls, items: Iterable[tuple[Path, Any]]) -> State:
-        """Rebuild a nested State from ``(path, leaf)`` pairs.
+    def from_flat_path(cls, items: Mapping[Path, Any] | Iterable[tuple[Path, Any]]) -> State:
+        """:meth:`from_flat_state` under flax.nnx's other name."""
+        return cls.from_flat_state(items)
+
+    @classmethod
+    def from_flat_state(cls, items: Mapping[Path, Any] | Iterable[tuple[Path, Any]]) -> State:
+        """Rebuild a nested State from ``(path, leaf)`` pairs or a mapping from paths to leaves.
 
         Raises:
             ValueError: two pairs with one path, or a path that is a prefix of another.
         """
         root: dict[Any, Any] = {}
-        for path, leaf in items:
+        for path, leaf in items.items() if isinstance(items, Mapping) else items:
             if not path:
                 raise ValueError("A flat-state path must have at least one key, got ().")
             node = root
@@ -227,7 +233,7 @@ def _same_leaf(a: Any, b: Any) -> bool:
 def _same_value(a: Any, b: Any) -> bool:
     la, ta = jax.tree_util.tree_flatten(a)
     lb, tb = jax.tree_util.tree_flatten(b)
-    if ta != tb:
+    if not operator.eq(ta, tb):  # PyTreeDef's == is untyped
         return False
     for x, y in zip(la, lb):
         if hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
@@ -281,7 +287,8 @@ def raise_unmatched(unmatched: list[tuple[Path, Any]], filters: tuple[Filter, ..
     shown = ", ".join(f"{format_path(p)} ({type(v).__name__})" for p, v in unmatched[:10])
     more = f" and {len(unmatched) - 10} more" if len(unmatched) > 10 else ""
     raise ValueError(
-        f"split filters {tuple(map(_show, filters))} leave {len(unmatched)} value(s) unmatched: "
+        f"Non-exhaustive filters, got a non-empty remainder: split filters "
+        f"{tuple(map(_show, filters))} leave {len(unmatched)} value(s) unmatched: "
         f"{shown}{more}. Add a filter for them or end the filters with `...`."
     )
 

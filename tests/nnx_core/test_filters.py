@@ -151,7 +151,7 @@ def test_state_with_several_filters_drops_the_unmatched():
 def test_non_exhaustive_split_names_the_unmatched_paths(call):
     with pytest.raises(
         ValueError,
-        match=r"split filters \('Param', 'BatchStat'\) leave 3 value\(s\) unmatched: "
+        match=r"Non-exhaustive filters, got a non-empty remainder: split filters \('Param', 'BatchStat'\) leave 3 value\(s\) unmatched: "
         r"cache \(Cache\), raw \(ndarray\), sub.n \(Variable\)\. Add a filter for them or end "
         r"the filters with `...`",
     ):
@@ -184,7 +184,8 @@ def test_many_unmatched_paths_are_elided():
     [
         (
             (..., nnx.Param),
-            r"`...` \(everything\) may only be the last filter, but it is filter 0 "
+            r"`\.\.\.` or `True` can only be used as the last filters: `...` \(everything\) may "
+            r"only be the last filter, but it is filter 0 "
             r"of 2: \('...', 'Param'\)\. Move it to the end\.",
         ),
         ((nnx.Param, True, nnx.Cache), r"it is filter 1 of 3: \('Param', 'True', 'Cache'\)"),

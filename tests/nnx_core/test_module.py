@@ -138,11 +138,19 @@ def test_set_attributes_sets_only_existing_attributes():
 
 def test_set_attributes_raises_for_unknown_attributes():
     with pytest.raises(
-        AttributeError,
-        match=r"No module in Net has the attribute\(s\) "
-        r"\['nope', 'other'\]; pass raise_if_not_found=False",
+        ValueError,
+        match=r"Could not find at least one instance of the following attributes: "
+        r"\['nope', 'other'\] in the modules of Net; pass raise_if_not_found=False",
     ):
         Net().set_attributes(deterministic=True, nope=1, other=2)
+
+
+def test_set_attributes_takes_filters_as_flax():
+    net = Net().set_attributes(lambda path, m: path == ("head",), deterministic=True)
+    assert net.head.deterministic is True
+    assert all(value is False for name, value in modes(net) if name != "head")
+    with pytest.raises(ValueError, match=r"following attributes: \['use_running_average'\]"):
+        Net().set_attributes(lambda path, m: path == ("head",), use_running_average=True)
 
 
 # -- sow ------------------------------------------------------------------------------------------

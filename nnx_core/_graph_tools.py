@@ -1,0 +1,125 @@
+"""Graph-wide helpers flax.nnx code uses: recursive_map, find_duplicates, set_metadata, variables."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ._api import clone, state
+from ._filters import All, Filter, to_predicate
+from ._graph import impl_for, is_array, write_child
+from ._variables import Variable
+
+Path = tuple[Any, ...]
+
+
+def recursive_map(f: Callable[[Path, Any], Any], node: Any, /, *, graph: bool | None = None) -> Any:
+    """A copy of ``node`` in which every node, Variable and array ``x`` at ``path`` is replaced
+    by ``f(path, x)``, children before their parent (as flax.nnx's).
+
+    The copy has new nodes (Modules, lists, dicts) and the original Variables and arrays, so
+    ``f`` may change a node's static attributes without touching ``node``; a node shared by
+    several paths is mapped once. ``graph`` is flax.nnx's mode flag and changes nothing here.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import nnx_core as nnx
+        >>> class Block(nnx.Module):
+        ...     def __init__(self):
+        ...         self.w = nnx.Param(jnp.ones(2)); self.deterministic = False
+        >>> block = Block()
+        >>> def f(path, x):
+        ...     if isinstance(x, Block):
+        ...         x.deterministic = True
+        ...     return x
+        >>> new = nnx.recursive_map(f, block)
+        >>> new.deterministic, block.deterministic, new.w is block.w
+        (True, False, True)
+    """
+    copy = clone(node, variables=False)
+    done: dict[int, Any] = {}
+
+    def visit(path: Path, x: Any) -> Any:
+        if id(x) in done:
+            return done[id(x)]
+        impl = None if isinstance(x, Variable) or is_array(x) else impl_for(type(x))
+        if impl is not None:
+            done[id(x)] = x  # a cycle back to this node sees the node itself
+            children = list(impl.flatten(x)[0])
+            mapped = [(k, c, visit((*path, k), c)) for k, c in children]
+            if type(x) is tuple:
+                x = tuple(new for _, _, new in mapped)
+            else:
+                for key, old, new in mapped:
+                    if new is not old:
+                        write_child(x, impl, key, new)
+        out = f(path, x)
+        done[id(x)] = out
+        return out
+
+    return visit((), copy)
+
+
+def find_duplicates(node: Any, /, *, only: Filter = ...) -> list[list[Path]]:
+    """The paths under which the same node or Variable is reachable, for each shared one.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import nnx_core as nnx
+        >>> class Tied(nnx.Module):
+        ...     def __init__(self):
+        ...         self.a = nnx.Param(jnp.ones(2)); self.b = self.a
+        >>> nnx.find_duplicates(Tied())
+        [[('a',), ('b',)]]
+    """
+    pred = to_predicate(only)
+    paths: dict[int, list[Path]] = {}
+    seen: set[int] = set()
+
+    def walk(path: Path, x: Any) -> None:
+        impl = None if isinstance(x, Variable) or is_array(x) else impl_for(type(x))
+        shareable = isinstance(x, Variable) or (impl is not None and impl.identity)
+        if shareable and pred(path, x):
+            paths.setdefault(id(x), []).append(path)
+        if impl is None or id(x) in seen:
+            return
+        seen.add(id(x))
+        for key, child in impl.flatten(x)[0]:
+            walk((*path, key), child)
+
+    walk((), node)
+    return [p for p in paths.values() if len(p) > 1]
+
+
+def set_metadata(node: Any, /, *, only: Filter = Variable, **metadata: Any) -> None:
+    """Set ``metadata`` on every Variable of ``node`` that ``only`` selects (in place).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import nnx_core as nnx
+        >>> class M(nnx.Module):
+        ...     def __init__(self):
+        ...         self.w = nnx.Param(jnp.ones(2)); self.n = nnx.BatchStat(jnp.zeros(2))
+        >>> m = M(); nnx.set_metadata(m, only=nnx.Param, lr_scale=0.1)
+        >>> m.w.get_metadata(), m.n.get_metadata()
+        ({'lr_scale': 0.1}, {})
+    """
+    for _, leaf in state(node, only).flat_state():
+        if isinstance(leaf, Variable):
+            leaf.set_metadata(**metadata)
+
+
+def variables(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
+    """The State of ``node``'s Variables (raw arrays left out), one per filter if several.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import nnx_core as nnx
+        >>> class M(nnx.Module):
+        ...     def __init__(self):
+        ...         self.w = nnx.Param(jnp.ones(2)); self.raw = jnp.zeros(2)
+        >>> list(nnx.variables(M())), list(nnx.state(M()))
+        (['w'], ['raw', 'w'])
+    """
+    only = [All(Variable, f) for f in filters] if filters else [Variable]
+    return state(node, *only)
