@@ -12,6 +12,14 @@ from ._api import pop as pop
 from ._api import split as split
 from ._api import state as state
 from ._api import update as update
+from ._data_attrs import Data as Data
+from ._data_attrs import Static as Static
+from ._data_attrs import data as data
+from ._data_attrs import dataclass as dataclass
+from ._data_attrs import has_data as has_data
+from ._data_attrs import is_data as is_data
+from ._data_attrs import static as static
+from ._dict import Dict as Dict
 from ._filters import All as All
 from ._filters import Any_ as Any
 from ._filters import Everything as Everything
@@ -35,7 +43,6 @@ from ._module import M as M
 from ._module import Module as Module
 from ._optimizer import Optimizer as Optimizer
 from ._optimizer import OptState as OptState
-from ._pytree import Dict as Dict
 from ._pytree import List as List
 from ._pytree import Object as Object
 from ._pytree import PathKey as PathKey
@@ -124,6 +131,9 @@ __all__ = [
     "cond",
     "create_sharded",
     "custom_vjp",
+    "Data",
+    "data",
+    "dataclass",
     "Dict",
     "DiffState",
     "eval_shape",
@@ -142,7 +152,9 @@ __all__ = [
     "graphdef",
     "GraphDef",
     "GraphState",
+    "has_data",
     "Intermediate",
+    "is_data",
     "iter_graph",
     "jit",
     "jit_partial",
@@ -197,6 +209,8 @@ __all__ = [
     "StateAxes",
     "statelib",
     "StateSharding",
+    "static",
+    "Static",
     "switch",
     "tabulate",
     "to_flat_state",
