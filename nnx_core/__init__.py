@@ -12,6 +12,7 @@ from ._api import pop as pop
 from ._api import split as split
 from ._api import state as state
 from ._api import update as update
+from ._capture import capture as capture
 from ._data_attrs import Data as Data
 from ._data_attrs import Static as Static
 from ._data_attrs import data as data
@@ -126,6 +127,7 @@ __all__ = [
     "BatchStat",
     "Cache",
     "cached_partial",
+    "capture",
     "Carry",
     "clone",
     "cond",
