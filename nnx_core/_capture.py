@@ -13,6 +13,8 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import jax
+
 from ._api import pop
 from ._graph import impl_for, write_child
 from ._module import Module
@@ -32,7 +34,8 @@ def capture(
     Given Variable kinds first (``capture(nnx.Intermediate)``), it is a decorator.
 
     Args:
-        fn: a Module, or a bound method of one.
+        fn: a Module, a bound method of one, or a function whose first Module argument is
+            the one captured from.
         var_types: the kinds to capture (``nnx.Intermediate``, ``nnx.Perturbation``, ...).
         init: a State put into the Module before the call (and taken out after it).
         method_outputs: a kind under which the output of every method call of every submodule
@@ -55,8 +58,8 @@ def capture(
         (3.0, 3.0, False)
 
     Raises:
-        TypeError: ``fn`` is neither a Module nor a method of one, or a kind is not a Variable
-            type.
+        TypeError: ``fn`` is not callable, a plain function is called without a Module
+            argument, or a kind is not a Variable type.
     """
     if isinstance(fn, type) and issubclass(fn, Variable):
         kinds = (fn, *var_types)
@@ -64,16 +67,17 @@ def capture(
     for t in var_types:
         if not (isinstance(t, type) and issubclass(t, Variable)):
             raise TypeError(f"capture: {t!r} is not a Variable kind; pass e.g. nnx.Intermediate.")
-    owner = fn if isinstance(fn, Module) else getattr(fn, "__self__", None)
-    if not isinstance(owner, Module):
+    if not callable(fn):
         raise TypeError(
-            f"capture expects a Module or a method of one, got {type(fn).__name__}. Pass the "
-            "model (nnx.capture(model, nnx.Intermediate)) or a bound method (model.run)."
+            f"capture expects a Module, a method of one or a function taking one, got "
+            f"{type(fn).__name__}. Pass e.g. nnx.capture(model, nnx.Intermediate)."
         )
+    bound = fn if isinstance(fn, Module) else getattr(fn, "__self__", None)
     kinds = var_types + ((method_outputs,) if method_outputs is not None else ())
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> tuple[Any, State]:
+        owner = bound if isinstance(bound, Module) else _first_module((args, kwargs), fn)
         placed = _put(owner, init) if init is not None else []
         try:
             with _recording(owner, method_outputs):
@@ -88,6 +92,18 @@ def capture(
 
 
 _ABSENT: Any = object()
+
+
+def _first_module(tree: Any, fn: Any) -> Module:
+    """The Module a plain function captures from: its first Module argument."""
+    leaves = jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, Module))
+    found = next((x for x in leaves if isinstance(x, Module)), None)
+    if found is None:
+        raise TypeError(
+            f"capture: {getattr(fn, '__name__', fn)!r} was called without a Module argument, "
+            "so there is nothing to capture from. Pass the Module as an argument."
+        )
+    return found
 
 
 def _put(root: Module, init: Mapping[Any, Any]) -> list[tuple[Any, Any, Any, Any]]:

@@ -80,10 +80,14 @@ def test_capture_as_a_decorator_and_errors():
     model = foo_class(nnx)()
     out, sown = nnx.capture(nnx.Intermediate)(model)(1.0)
     assert float(out) == 3.0 and list(sown) == ["dx", "y"]  # a Perturbation is an Intermediate
+    with pytest.raises(TypeError, match=r"capture expects a Module, a method of one or a function"):
+        nnx.capture(3, nnx.Intermediate)
     with pytest.raises(
-        TypeError, match=r"capture expects a Module or a method of one, got function"
+        TypeError, match=r"capture: '<lambda>' was called without a Module argument"
     ):
-        nnx.capture(lambda x: x, nnx.Intermediate)
+        nnx.capture(lambda x: x, nnx.Intermediate)(1.0)
+    out, sown = nnx.capture(lambda m, x: m(x), nnx.Intermediate)(model, 2.0)
+    assert float(out) == 6.0 and float(sown["y"].value[0]) == 6.0
     with pytest.raises(TypeError, match=r"capture: 3 is not a Variable kind"):
         nnx.capture(model, 3)
     with pytest.raises(KeyError, match=r"capture: init has sub.dx, but Foo has no sub"):
