@@ -32,6 +32,7 @@ from ._filters import WithTag as WithTag
 from ._filters import to_predicate as to_predicate
 from ._graph import GraphDef as GraphDef
 from ._graph import register_node_type as register_node_type
+from ._graph_tools import display as display
 from ._graph_tools import find_duplicates as find_duplicates
 from ._graph_tools import recursive_map as recursive_map
 from ._graph_tools import set_metadata as set_metadata
@@ -57,6 +58,7 @@ from ._rng_split import with_rngs as with_rngs
 from ._rngs import RngCount as RngCount
 from ._rngs import RngKey as RngKey
 from ._rngs import Rngs as Rngs
+from ._rngs import RngState as RngState
 from ._rngs import RngStream as RngStream
 from ._sharding import create_sharded as create_sharded
 from ._sharding import get_named_sharding as get_named_sharding
@@ -138,6 +140,7 @@ __all__ = [
     "dataclass",
     "Dict",
     "DiffState",
+    "display",
     "eval_shape",
     "Everything",
     "filter_state",
@@ -195,6 +198,7 @@ __all__ = [
     "restore_rngs",
     "RngCount",
     "RngKey",
+    "RngState",
     "Rngs",
     "RngStream",
     "scan",

@@ -123,3 +123,16 @@ def variables(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
     """
     only = [All(Variable, f) for f in filters] if filters else [Variable]
     return state(node, *only)
+
+
+def display(*args: Any) -> None:
+    """Print each argument's readable form (flax.nnx draws it with treescope; here, its repr).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import nnx_core as nnx
+        >>> nnx.display(nnx.Param(jnp.ones(2)))
+        Param(float32[2])
+    """
+    for x in args:
+        print(repr(x))

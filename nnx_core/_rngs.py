@@ -17,11 +17,21 @@ from ._variables import Variable
 Shape = int | tuple[int, ...]
 
 
-class RngKey(Variable, kind="RngKey"):
+class RngState(Variable, kind="RngState"):
+    """The state of an Rng stream: its key (:class:`RngKey`) and count (:class:`RngCount`).
+
+    Example:
+        >>> import nnx_core as nnx
+        >>> len(nnx.state(nnx.Rngs(0), nnx.RngState))
+        1
+    """
+
+
+class RngKey(RngState, kind="RngKey"):
     """The base key of an Rng stream."""
 
 
-class RngCount(Variable, kind="RngCount"):
+class RngCount(RngState, kind="RngCount"):
     """How many keys an Rng stream has handed out (advances through transforms)."""
 
 

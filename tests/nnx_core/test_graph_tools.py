@@ -94,3 +94,8 @@ def test_module_paths_flax_code_imports():
     assert filterlib.to_predicate((nnx.Param, "dropout"))((), nnx.Param(jnp.ones(1)))
     assert nnx.graph.GraphDef is nnx.GraphDef and callable(nnx.graph.recursive_map)
     assert jax.tree.leaves(statelib.diff({"a": 1, "b": 2}, {"a": 5})) == [2]
+
+
+def test_display_prints_the_repr(capsys):
+    nnx.display(nnx.Param(jnp.ones(2)), [1])
+    assert capsys.readouterr().out == "Param(float32[2])\n[1]\n"

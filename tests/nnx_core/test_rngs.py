@@ -325,3 +325,12 @@ def test_fork_with_split_splits_the_matched_streams_and_forks_the_rest():
 def test_a_missing_stream_error_contains_flax_phrase():
     with pytest.raises(AttributeError, match=r"No RngStream named 'dropout' in Rngs"):
         _ = nnx.Rngs(some_name=0).dropout
+
+
+def test_rng_state_is_the_base_of_key_and_count_as_in_flax():
+    import flax.nnx as fnnx
+
+    assert issubclass(nnx.RngKey, nnx.RngState) and issubclass(nnx.RngCount, nnx.RngState)
+    ours = nnx.state(nnx.Rngs(0, dropout=1), nnx.RngState)
+    theirs = fnnx.state(fnnx.Rngs(0, dropout=1), fnnx.RngState)
+    assert [p for p, _ in ours.flat_state()] == [p for p, _ in fnnx.to_flat_state(theirs)]
