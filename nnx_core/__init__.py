@@ -34,6 +34,8 @@ from ._graph import GraphDef as GraphDef
 from ._graph import register_node_type as register_node_type
 from ._graph_tools import display as display
 from ._graph_tools import find_duplicates as find_duplicates
+from ._graph_tools import iter_children as iter_children
+from ._graph_tools import iter_modules as iter_modules
 from ._graph_tools import recursive_map as recursive_map
 from ._graph_tools import set_metadata as set_metadata
 from ._graph_tools import variables as variables
@@ -67,6 +69,7 @@ from ._sharding import shard as shard
 from ._state import State as GraphState
 from ._state import State as State
 from ._state import format_path as format_path
+from ._state_functions import FlatState as FlatState
 from ._state_functions import filter_state as filter_state
 from ._state_functions import from_flat_state as from_flat_state
 from ._state_functions import map_state as map_state
@@ -143,6 +146,7 @@ __all__ = [
     "display",
     "eval_shape",
     "Everything",
+    "FlatState",
     "filter_state",
     "filterlib",
     "find_duplicates",
@@ -160,7 +164,9 @@ __all__ = [
     "has_data",
     "Intermediate",
     "is_data",
+    "iter_children",
     "iter_graph",
+    "iter_modules",
     "jit",
     "jit_partial",
     "jvp",

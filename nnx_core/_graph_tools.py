@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._api import clone, state
 from ._filters import All, Filter, to_predicate
 from ._graph import impl_for, is_array, write_child
+from ._module import Module
+from ._rngs import Rngs, RngStream
 from ._variables import Variable
 
 Path = tuple[Any, ...]
@@ -136,3 +138,49 @@ def display(*args: Any) -> None:
     """
     for x in args:
         print(repr(x))
+
+
+def iter_modules(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[Path, Module]]:
+    """``(path, module)`` for every Module in ``node``, each once, children before their parent
+    and in the order of ``nnx.state`` (as flax.nnx's function; ``Module.iter_modules`` lists the
+    root first). Rng streams are state holders, not layers, and are left out as in flax.nnx.
+
+    Example:
+        >>> import nnx_core as nnx
+        >>> class Leaf(nnx.Module): pass
+        >>> class Tree(nnx.Module):
+        ...     def __init__(self): self.b, self.a = Leaf(), [Leaf()]
+        >>> [p for p, _ in nnx.iter_modules(Tree())]
+        [('a', 0), ('b',), ()]
+    """
+    seen: set[int] = set()
+
+    def walk(path: Path, x: Any) -> Iterator[tuple[Path, Module]]:
+        impl = None if isinstance(x, Variable) or is_array(x) else impl_for(type(x))
+        if impl is None or isinstance(x, (Rngs, RngStream)) or id(x) in seen:
+            return
+        if impl.identity:
+            seen.add(id(x))
+        for key, child in impl.flatten(x)[0]:
+            yield from walk((*path, key), child)
+        if isinstance(x, Module):
+            yield path, x
+
+    return walk((), node)
+
+
+def iter_children(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[Any, Module]]:
+    """``(name, module)`` for the Modules held directly by ``node`` (Rng streams left out).
+
+    Example:
+        >>> import nnx_core as nnx
+        >>> class Leaf(nnx.Module): pass
+        >>> class Tree(nnx.Module):
+        ...     def __init__(self): self.b, self.a, self.rngs = Leaf(), Leaf(), nnx.Rngs(0)
+        >>> [name for name, _ in nnx.iter_children(Tree())]
+        ['a', 'b']
+    """
+    impl = impl_for(type(node))
+    for key, child in impl.flatten(node)[0] if impl is not None else ():
+        if isinstance(child, Module) and not isinstance(child, (Rngs, RngStream)):
+            yield key, child

@@ -112,7 +112,7 @@ class Module(Pytree):
             (2, [2.0, 2.0])
 
         Raises:
-            TypeError: ``name`` holds something that is not a ``variable_type`` Variable.
+            ValueError: ``name`` holds something that is not a ``variable_type`` Variable.
         """
         current = vars(self).get(name, _MISSING)
         if current is _MISSING:
@@ -120,10 +120,7 @@ class Module(Pytree):
         elif isinstance(current, variable_type):
             current.value = reduce_fn(current.value, value)
         else:
-            raise TypeError(
-                f"sow: attribute {name!r} of {type(self).__name__} holds a "
-                f"{type(current).__name__}, not a {variable_type.__name__}. Use another name."
-            )
+            raise ValueError(_wrong_holder("sow", self, name, current, variable_type))
 
     def perturb(self, name: str, value: Any, variable_type: type[Variable] = Perturbation) -> Any:
         """Return ``value`` plus the Variable ``name`` (zeros, created on the first call).
@@ -143,7 +140,7 @@ class Module(Pytree):
             [3.0, 3.0]
 
         Raises:
-            TypeError: ``name`` holds something that is not a ``variable_type`` Variable.
+            ValueError: ``name`` holds something that is not a ``variable_type`` Variable.
         """
         current = vars(self).get(name, _MISSING)
         if current is _MISSING:
@@ -151,10 +148,7 @@ class Module(Pytree):
             setattr(self, name, variable_type(zeros))
             return jax.tree_util.tree_map(operator.add, zeros, value)
         if not isinstance(current, variable_type):
-            raise TypeError(
-                f"perturb: attribute {name!r} of {type(self).__name__} holds a "
-                f"{type(current).__name__}, not a {variable_type.__name__}. Use another name."
-            )
+            raise ValueError(_wrong_holder("perturb", self, name, current, variable_type))
         return jax.tree_util.tree_map(operator.add, current.get_value(), value)
 
     # -- traversal ---------------------------------------------------------------------------
@@ -203,6 +197,17 @@ class Module(Pytree):
         for kind, n, size, nbytes in cells:
             lines.append(f"{kind:<{width}}  {n:>9}  {size:>{w_elems}}  {nbytes:>{w_bytes}}")
         return "\n".join(lines)
+
+
+def _wrong_holder(where: str, module: Module, name: str, current: Any, kind: type) -> str:
+    """The message, with flax.nnx's phrases ("to be a Variable, got" / "to be of type")."""
+    expected = (
+        f"to be of type {kind.__name__}" if isinstance(current, Variable) else "to be a Variable"
+    )
+    return (
+        f"{where}: expected attribute {name!r} of {type(module).__name__} {expected}, got "
+        f"{type(current).__name__}. Use another name for the {kind.__name__} values."
+    )
 
 
 def _kind_name(cls: type[Variable]) -> str:

@@ -16,15 +16,28 @@ def _as_state(state: Mapping[Any, Any]) -> State:
     return state if isinstance(state, State) else State(state)
 
 
-def to_flat_state(state: Mapping[Any, Any]) -> list[tuple[Path, Any]]:
+class FlatState(list):  # type: ignore[type-arg]
+    """``(path, leaf)`` pairs, with flax.nnx's ``paths`` and ``leaves`` views."""
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        return tuple(p for p, _ in self)
+
+    @property
+    def leaves(self) -> tuple[Any, ...]:
+        return tuple(v for _, v in self)
+
+
+def to_flat_state(state: Mapping[Any, Any]) -> FlatState:
     """``state.flat_state()``: ``(path, leaf)`` pairs in sorted depth-first order.
 
     Example:
         >>> import nnx_core as nnx
-        >>> nnx.to_flat_state({"a": {"b": 1}, "c": 2})
-        [(('a', 'b'), 1), (('c',), 2)]
+        >>> flat = nnx.to_flat_state({"a": {"b": 1}, "c": 2})
+        >>> list(flat), flat.paths, flat.leaves
+        ([(('a', 'b'), 1), (('c',), 2)], (('a', 'b'), ('c',)), (1, 2))
     """
-    return _as_state(state).flat_state()
+    return FlatState(_as_state(state).flat_state())
 
 
 def from_flat_state(

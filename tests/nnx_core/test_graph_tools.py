@@ -99,3 +99,28 @@ def test_module_paths_flax_code_imports():
 def test_display_prints_the_repr(capsys):
     nnx.display(nnx.Param(jnp.ones(2)), [1])
     assert capsys.readouterr().out == "Param(float32[2])\n[1]\n"
+
+
+def test_iter_modules_and_iter_children_functions_follow_flax_order():
+    class Leaf(nnx.Module):
+        pass
+
+    class FLeaf(fnnx.Module):
+        pass
+
+    class Tree(nnx.Module):
+        def __init__(self):
+            self.sub = [{"a": Leaf()}, {"b": Leaf()}]
+            self.linear, self.drop = Leaf(), Leaf()
+            self.rngs = nnx.Rngs(0)
+
+    class FTree(fnnx.Module):
+        def __init__(self):
+            self.sub = fnnx.data([{"a": FLeaf()}, {"b": FLeaf()}])
+            self.linear, self.drop = FLeaf(), FLeaf()
+            self.rngs = fnnx.Rngs(0)
+
+    ours, theirs = list(nnx.iter_modules(Tree())), list(fnnx.iter_modules(FTree()))
+    assert [p for p, _ in ours] == [p for p, _ in theirs]
+    assert [k for k, _ in nnx.iter_children(Tree())] == [k for k, _ in fnnx.iter_children(FTree())]
+    assert nnx.to_flat_state({"a": 1}).leaves == (1,)

@@ -189,16 +189,16 @@ def test_sow_with_a_custom_kind():
     [
         (
             nnx.Param(1),
-            r"sow: attribute 'seen' of Sower holds a Param, not a Intermediate\. "
-            r"Use another name\.",
+            r"sow: expected attribute 'seen' of Sower to be of type Intermediate, got Param\. "
+            r"Use another name for the Intermediate values\.",
         ),
-        (3, r"sow: attribute 'seen' of Sower holds a int, not a Intermediate"),
+        (3, r"sow: expected attribute 'seen' of Sower to be a Variable, got int\."),
     ],
 )
 def test_sow_into_an_attribute_of_another_type_raises(existing, match):
     m = Sower()
     m.seen = existing
-    with pytest.raises(TypeError, match=match):
+    with pytest.raises(ValueError, match=match):
         m(1)
 
 
@@ -381,7 +381,8 @@ def test_perturb_refuses_an_attribute_of_another_kind():
     m = Perturbed()
     m.h = nnx.Param(jnp.zeros(2))
     with pytest.raises(
-        TypeError, match="perturb: attribute 'h' of Perturbed holds a Param, not a Perturbation"
+        ValueError,
+        match="perturb: expected attribute 'h' of Perturbed to be of type Perturbation, got Param",
     ):
         m(jnp.ones(2))
 
