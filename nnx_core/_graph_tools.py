@@ -170,7 +170,7 @@ def iter_modules(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[P
 
 
 def iter_children(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[Any, Module]]:
-    """``(name, module)`` for the Modules held directly by ``node`` (Rng streams left out).
+    """``(name, module)`` for the Modules (and Rngs) held directly by ``node``, as flax.nnx's.
 
     Example:
         >>> import nnx_core as nnx
@@ -178,9 +178,9 @@ def iter_children(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[
         >>> class Tree(nnx.Module):
         ...     def __init__(self): self.b, self.a, self.rngs = Leaf(), Leaf(), nnx.Rngs(0)
         >>> [name for name, _ in nnx.iter_children(Tree())]
-        ['a', 'b']
+        ['a', 'b', 'rngs']
     """
     impl = impl_for(type(node))
     for key, child in impl.flatten(node)[0] if impl is not None else ():
-        if isinstance(child, Module) and not isinstance(child, (Rngs, RngStream)):
+        if isinstance(child, Module):
             yield key, child
