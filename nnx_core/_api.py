@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import jax
+import numpy as np
+
 from ._filters import (
     All,
     Any_,
@@ -96,13 +99,16 @@ def _build_state(plan: Plan, indices: list[int], leaves: list[Any]) -> State:
     return root
 
 
-def split(node: Any, *filters: Filter) -> tuple[Any, ...]:
+def split(node: Any, *filters: Filter, graph: bool | None = None) -> tuple[Any, ...]:
     """Split a graph into its GraphDef and one State per filter.
 
     Every Variable goes to the first filter that matches it; a Variable matching none is an
     error, so end with ``...`` to catch the rest. As in flax.nnx, the States hold the graph's
     own Variable objects: setting ``state["w"].value`` changes the model; ``jax.tree.map`` over a
     State builds new Variables and changes nothing.
+
+    ``graph`` is flax.nnx's mode flag, accepted for its code: one traversal serves both of its
+    modes (shared references and cycles are always kept), so it changes nothing here.
 
     Example:
         >>> import jax.numpy as jnp
@@ -130,7 +136,7 @@ def split(node: Any, *filters: Filter) -> tuple[Any, ...]:
     return (plan.graphdef, *(_build_state(plan, p, leaves) for p in parts))
 
 
-def state(node: Any, *filters: Filter) -> Any:
+def state(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
     """The State of ``node`` (only the matching Variables; one State per filter if several).
 
     Example:
@@ -153,7 +159,7 @@ def state(node: Any, *filters: Filter) -> Any:
     return states[0] if len(states) == 1 else states
 
 
-def graphdef(node: Any) -> GraphDef:
+def graphdef(node: Any, /, *, graph: bool | None = None) -> GraphDef:
     """The GraphDef of ``node``.
 
     Example:
@@ -168,13 +174,21 @@ def graphdef(node: Any) -> GraphDef:
 
 
 def merge(
-    graphdef: GraphDef, state: Mapping[Any, Any] | None = None, /, *states: Mapping[Any, Any]
+    graphdef: GraphDef,
+    state: Mapping[Any, Any] | None = None,
+    /,
+    *states: Mapping[Any, Any],
+    copy: bool = False,
+    recreate_variables: bool = True,
 ) -> Any:
     """Build a new graph from a GraphDef and States (never calls ``__init__``).
 
     Shared submodules and Variables are shared again in the result and cycles are restored.
     Variables in the States are used as they are (as in flax.nnx); raw arrays are wrapped in
-    new Variables of the kinds the GraphDef records. Use :func:`clone` for an independent copy.
+    new Variables of the kinds the GraphDef records. With ``copy=True`` the result has new
+    Variables (same kinds, metadata and arrays), so it shares nothing with the States; use
+    :func:`clone` for an independent copy of a graph. ``recreate_variables`` (flax.nnx's
+    switch between two internal code paths) changes nothing.
 
     Example:
         >>> import jax.numpy as jnp
@@ -196,6 +210,9 @@ def merge(
         s if isinstance(s, State) else State(s)
         for s in ((state, *states) if state is not None else ())
     )
+    if copy:
+        found = _leaves_along(graphdef, given)
+        return unflatten(graphdef, found if found is not None else _leaves_by_path(graphdef, given))
     if len(given) == 1:  # the common case: read the leaves along the program, in one pass
         try:
             return unflatten_state(graphdef, given[0])
@@ -349,8 +366,15 @@ def _write_by_path(plan: Plan, s: State, node: Any) -> None:
         plan.write_leaf(i, leaf._value if isinstance(leaf, Variable) else leaf)
 
 
-def clone(node: Any) -> Any:
+def clone(
+    node: Any, variables: bool = True, *, arrays: bool = False, graph: bool | None = None
+) -> Any:
     """A deep copy of the graph (new objects, same arrays, same sharing and cycles).
+
+    With ``arrays=True`` the arrays are copied too (new buffers, e.g. to donate the copy to a
+    jitted step while the original stays usable). ``variables=False`` keeps the original
+    Variable objects in the copy (only the nodes are new), as in flax.nnx. ``graph`` is
+    flax.nnx's mode flag and changes nothing here.
 
     Example:
         >>> import jax.numpy as jnp
@@ -360,9 +384,28 @@ def clone(node: Any) -> Any:
         >>> m = M(); c = nnx.clone(m)
         >>> c is m, c.w is m.w, c.w.shape
         (False, False, (2,))
+        >>> c2 = nnx.clone(m, arrays=True)
+        >>> c2.w.value is m.w.value, c2.w.value.unsafe_buffer_pointer() != m.w.value.unsafe_buffer_pointer()
+        (False, True)
     """
     plan = plan_for(node)
-    return unflatten(plan.graphdef, plan.current_leaves())
+    leaves = plan.current_leaves()
+    if arrays:
+        leaves = [_copy_leaf(leaf) for leaf in leaves]
+    return unflatten(plan.graphdef, leaves, keep_variables=not variables and not arrays)
+
+
+def _copy_leaf(leaf: Any) -> Any:
+    """A leaf with new buffers (a Variable's value, or a raw array), sharding kept."""
+    value = leaf._value if isinstance(leaf, Variable) else leaf
+
+    def copy(x: Any) -> Any:
+        if isinstance(x, jax.Array):
+            return jax.device_put(x, x.sharding, may_alias=False)
+        return np.array(x, copy=True) if isinstance(x, np.ndarray) else x
+
+    copied = jax.tree_util.tree_map(copy, value)
+    return leaf.replace(copied) if isinstance(leaf, Variable) else copied
 
 
 def pop(node: Any, *filters: Filter) -> Any:
@@ -409,7 +452,7 @@ def pop(node: Any, *filters: Filter) -> Any:
     return states[0] if len(states) == 1 else states
 
 
-def iter_graph(node: Any) -> Iterator[tuple[Path, Any]]:
+def iter_graph(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[Path, Any]]:
     """Yield ``(path, value)`` for every node, Variable and array once, root first.
 
     Example:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._kinds import find_variable_type
 from ._variables import Variable, variable_type
 
 Path = tuple[Any, ...]
@@ -65,6 +66,28 @@ class PathContains:
     def __repr__(self) -> str:
         exact = "" if self.exact else ", exact=False"
         return f"PathContains(key={self.key!r}{exact})"
+
+
+@dataclass(frozen=True)
+class WithTag:
+    """Filter: Variables (and Rng streams) whose ``tag`` is ``tag``, e.g. an Rng stream's.
+
+    A plain string that names no registered Variable kind means the same (as in flax.nnx,
+    where a string filter always means a tag): ``nnx.state(rngs, "dropout")``.
+
+    Example:
+        >>> import nnx_core as nnx
+        >>> rngs = nnx.Rngs(params=0, dropout=1)
+        >>> [nnx.format_path(p) for p, _ in nnx.state(rngs, nnx.WithTag("dropout")).flat_state()]
+        ['dropout.count', 'dropout.key']
+        >>> list(nnx.state(rngs, "dropout")) == list(nnx.state(rngs, nnx.WithTag("dropout")))
+        True
+    """
+
+    tag: str
+
+    def __call__(self, path: Path, value: Any) -> bool:
+        return getattr(value, "tag", None) == self.tag
 
 
 class Any_:
@@ -179,7 +202,8 @@ def to_predicate(filter: Filter) -> Predicate:  # noqa: A002 - mirrors flax's pu
     """Turn any filter form into a predicate ``(path, value) -> bool``.
 
     Forms: a type (``isinstance``), ``...``/``True`` (everything), ``None``/``False`` (nothing),
-    a string naming a registered Variable kind, a tuple or list (any of), or a callable
+    a string naming a registered Variable kind (else, without a dot, a ``tag`` as in flax.nnx,
+    e.g. an Rng stream's: ``WithTag``), a tuple or list (any of), or a callable
     ``(path, value) -> bool``.
 
     Example:
@@ -191,7 +215,7 @@ def to_predicate(filter: Filter) -> Predicate:  # noqa: A002 - mirrors flax's pu
 
     Raises:
         TypeError: the filter is none of the forms above.
-        KeyError: a string that names no registered Variable kind.
+        KeyError: a dotted string (a namespaced kind name) that names no registered kind.
     """
     if filter is Ellipsis or filter is True:
         return Everything
@@ -200,7 +224,12 @@ def to_predicate(filter: Filter) -> Predicate:  # noqa: A002 - mirrors flax's pu
     if isinstance(filter, type):
         return OfType(filter)
     if isinstance(filter, str):
-        return OfType(variable_type(filter))
+        kind = find_variable_type(filter)
+        if kind is not None:
+            return OfType(kind)
+        if "." in filter:  # a namespaced kind name (acme.LoRAParam) is never a tag
+            variable_type(filter)  # raises, listing the registered kinds
+        return WithTag(filter)
     if isinstance(filter, (tuple, list)):
         return Any_(*filter)
     if callable(filter):
@@ -217,8 +246,9 @@ def check_filters(filters: tuple[Filter, ...]) -> tuple[Predicate, ...]:
     for i, f in enumerate(filters[:-1]):
         if f is Ellipsis or f is True:
             raise ValueError(
-                f"`...` (everything) may only be the last filter, but it is filter {i} of "
-                f"{len(filters)}: {tuple(map(_show, filters))}. Move it to the end."
+                f"`...` or `True` can only be used as the last filters: `...` (everything) may "
+                f"only be the last filter, but it is filter {i} of {len(filters)}: "
+                f"{tuple(map(_show, filters))}. Move it to the end."
             )
     return tuple(to_predicate(f) for f in filters)
 

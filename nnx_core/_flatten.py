@@ -23,6 +23,7 @@ from typing import Any
 
 import jax
 
+from ._data_attrs import CLASS_MARKS, MARKS_ATTR, data_names, mark_kinds
 from ._nodes import (
     _IMPLS,
     ARRAY,
@@ -289,6 +290,10 @@ class Flattener:
         types = tuple(map(type, values))
         found = LAYOUTS.get(types)
         kinds, dynamic = found if found is not None else layout(types)
+        if hidden is not None and (CLASS_MARKS or MARKS_ATTR in d):  # nnx.data marks
+            marked = data_names(t, d)
+            if marked:
+                kinds, dynamic = mark_kinds(keys, kinds, marked)
         if not dynamic:
             return ("node", t, aux, i, keys, values)
         specs = list(values)

@@ -69,6 +69,16 @@ def register_name(cls: type, name: str) -> None:
     _TYPE_TO_NAME[cls] = name
 
 
+def find_variable_type(name: str) -> Any:
+    """The Variable kind registered under ``name`` (asking the resolver), or None."""
+    if name not in _NAME_TO_TYPE and _RESOLVER:
+        try:
+            _RESOLVER[0](name)
+        except KeyError:
+            pass
+    return _NAME_TO_TYPE.get(name)
+
+
 def variable_type(name: str) -> Any:
     """Return the Variable kind registered under ``name``.
 

@@ -48,14 +48,20 @@ class Module(Pytree):
     """
 
     # -- modes -------------------------------------------------------------------------------
-    def set_attributes(self: M, *, raise_if_not_found: bool = True, **attributes: Any) -> M:
-        """Set ``attributes`` on every submodule (and this module) that already has them.
+    def set_attributes(
+        self: M, *filters: Filter, raise_if_not_found: bool = True, **attributes: Any
+    ) -> M:
+        """Set ``attributes`` on every submodule (and this module) that already has them; with
+        ``filters`` (e.g. ``nnx.Dropout``), only on the modules they select.
 
         Raises:
-            AttributeError: no module in the graph has one of the attributes.
+            ValueError: no (selected) module in the graph has one of the attributes.
         """
         found = set()
-        for _, module in self.iter_modules():
+        pred = to_predicate(filters) if filters else None
+        for path, module in self.iter_modules():
+            if pred is not None and not pred(path, module):
+                continue
             d = vars(module)
             for name, value in attributes.items():
                 if name in d:
@@ -63,9 +69,10 @@ class Module(Pytree):
                     found.add(name)
         missing = set(attributes) - found
         if missing and raise_if_not_found:
-            raise AttributeError(
-                f"No module in {type(self).__name__} has the attribute(s) {sorted(missing)}; "
-                "pass raise_if_not_found=False to ignore."
+            raise ValueError(
+                f"Could not find at least one instance of the following attributes: "
+                f"{sorted(missing)} in the modules of {type(self).__name__}; pass "
+                "raise_if_not_found=False to ignore."
             )
         return self
 
@@ -105,7 +112,7 @@ class Module(Pytree):
             (2, [2.0, 2.0])
 
         Raises:
-            TypeError: ``name`` holds something that is not a ``variable_type`` Variable.
+            ValueError: ``name`` holds something that is not a ``variable_type`` Variable.
         """
         current = vars(self).get(name, _MISSING)
         if current is _MISSING:
@@ -113,10 +120,7 @@ class Module(Pytree):
         elif isinstance(current, variable_type):
             current.value = reduce_fn(current.value, value)
         else:
-            raise TypeError(
-                f"sow: attribute {name!r} of {type(self).__name__} holds a "
-                f"{type(current).__name__}, not a {variable_type.__name__}. Use another name."
-            )
+            raise ValueError(_wrong_holder("sow", self, name, current, variable_type))
 
     def perturb(self, name: str, value: Any, variable_type: type[Variable] = Perturbation) -> Any:
         """Return ``value`` plus the Variable ``name`` (zeros, created on the first call).
@@ -136,7 +140,7 @@ class Module(Pytree):
             [3.0, 3.0]
 
         Raises:
-            TypeError: ``name`` holds something that is not a ``variable_type`` Variable.
+            ValueError: ``name`` holds something that is not a ``variable_type`` Variable.
         """
         current = vars(self).get(name, _MISSING)
         if current is _MISSING:
@@ -144,10 +148,7 @@ class Module(Pytree):
             setattr(self, name, variable_type(zeros))
             return jax.tree_util.tree_map(operator.add, zeros, value)
         if not isinstance(current, variable_type):
-            raise TypeError(
-                f"perturb: attribute {name!r} of {type(self).__name__} holds a "
-                f"{type(current).__name__}, not a {variable_type.__name__}. Use another name."
-            )
+            raise ValueError(_wrong_holder("perturb", self, name, current, variable_type))
         return jax.tree_util.tree_map(operator.add, current.get_value(), value)
 
     # -- traversal ---------------------------------------------------------------------------
@@ -196,6 +197,17 @@ class Module(Pytree):
         for kind, n, size, nbytes in cells:
             lines.append(f"{kind:<{width}}  {n:>9}  {size:>{w_elems}}  {nbytes:>{w_bytes}}")
         return "\n".join(lines)
+
+
+def _wrong_holder(where: str, module: Module, name: str, current: Any, kind: type) -> str:
+    """The message, with flax.nnx's phrases ("to be a Variable, got" / "to be of type")."""
+    expected = (
+        f"to be of type {kind.__name__}" if isinstance(current, Variable) else "to be a Variable"
+    )
+    return (
+        f"{where}: expected attribute {name!r} of {type(module).__name__} {expected}, got "
+        f"{type(current).__name__}. Use another name for the {kind.__name__} values."
+    )
 
 
 def _kind_name(cls: type[Variable]) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 import jax
 
+from ._data_attrs import CLASS_MARKS, MARKS_ATTR, Marked, check_static, class_marks, set_mark
 from ._graph import (
     PLAN_ATTR,
     TRACE_ATTR,
@@ -33,12 +34,12 @@ from ._tracing import TraceContextError, current_trace
 from ._values import _describe
 from ._variables import Variable, has_tracer
 
-# flax.nnx wraps lists and dicts of layers (nnx.List, nnx.Dict); here plain containers are already
-# traversed, so the names are the plain types, for code written for flax.nnx.
+# flax.nnx wraps lists of layers (nnx.List); here plain lists are already traversed, so the name
+# is the plain type, for code written for flax.nnx (nnx.Dict, read by attribute, is in _dict).
 List = list
-Dict = dict
 
 _MISSING = object()
+_UNEXPECTED = "Found unexpected data on value of type"
 HIDDEN = frozenset({TRACE_ATTR, PLAN_ATTR})  # bookkeeping in __dict__, not attributes
 
 
@@ -67,6 +68,7 @@ class Pytree:
 
     def __init_subclass__(cls, *, pytree: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        class_marks(cls)  # Data[...] / Static[...] annotations
         if pytree:
             jax.tree_util.register_pytree_with_keys(cls, _flatten_with_keys, _unflatten, _flatten)
 
@@ -77,6 +79,15 @@ class Pytree:
 
     def __setattr__(self, name: str, value: Any) -> None:
         d = self.__dict__
+        if type(value) is Marked:  # nnx.data(x) / nnx.static(x): the attribute takes the mark
+            marks = set_mark(d, name, value.is_data)
+            value = value.value
+            if marks is not None:
+                bump_epoch()
+                object.__setattr__(self, MARKS_ATTR, marks)
+        elif CLASS_MARKS and CLASS_MARKS.get(type(self), {}).get(name) is False:
+            if name not in dict(d.get(MARKS_ATTR, ())):
+                check_static(value, f"{type(self).__name__}.{name} (a static field)", _UNEXPECTED)
         old = d.get(name, _MISSING)
         if old is not value and not (
             is_array(old) and is_array(value) and type(old) is type(value)
@@ -256,7 +267,7 @@ def _repr(x: Any, indent: int, seen: set[int]) -> str:
         if id(x) in seen:
             return f"{type(x).__name__}(...)"
         seen.add(id(x))
-        items = sorted(kv for kv in vars(x).items() if kv[0] not in HIDDEN)
+        items = sorted(kv for kv in vars(x).items() if kv[0] not in HIDDEN and kv[0] != MARKS_ATTR)
         if not items:
             return f"{type(x).__name__}()"
         body = "".join(f"{pad}{k}={_repr(v, indent + 1, seen)},\n" for k, v in items)

@@ -1,8 +1,10 @@
-"""Changing the Rng streams of a graph in place: ``split_rngs``, ``fork_rngs``, ``reseed``.
+"""Changing the Rng streams of a graph: ``split_rngs``, ``fork_rngs``, ``reseed``, ``with_rngs``.
 
-``split_rngs`` and ``fork_rngs`` return :class:`SplitBackups` (a context manager that puts the
-streams back) or, without a node, decorate a function so that the streams of its arguments are
-changed for the duration of each call.
+``split_rngs`` and ``fork_rngs`` change the streams in place and return :class:`SplitBackups`
+(a context manager that puts them back) or, without a node, decorate a function so that the
+streams of its arguments are changed for the duration of each call. ``with_rngs`` (and the
+other two given flax.nnx's ``graph=False`` or ``graph_updates=False``) leaves the graph as it
+is and returns a copy whose streams are changed.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from typing import Any, TypeVar
 import jax
 import jax.numpy as jnp
 
+from ._api import clone
 from ._filters import Filter
 from ._graph import iter_nodes
-from ._rngs import Rngs, RngStream, Shape, as_shape, stream_predicate, suggest
+from ._rngs import RngCount, RngKey, Rngs, RngStream, Shape, as_shape, stream_predicate, suggest
 from ._state import format_path
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -122,6 +125,8 @@ def split_rngs(
     splits: Shape,
     only: Filter = ...,
     squeeze: bool = False,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Any:
     """Split the Rng streams of ``node`` in place into batches of keys, for ``vmap``/``scan``.
 
@@ -136,6 +141,9 @@ def split_rngs(
         only: which streams: a stream name (or a tuple of names), ``...`` (all), or a filter
             on their key/count Variables (``nnx.Not(nnx.WithTag("params"))``).
         squeeze: with ``splits=1``, keep the key shape unchanged (one key, not a batch of one).
+        graph, graph_updates: flax.nnx's modes. ``False`` for either returns a copy of ``node``
+            with its streams split (as ``with_rngs(node, split={only: splits})``) and leaves
+            ``node`` as it is, as flax.nnx's tree mode does; the traversal is the same.
 
     Example:
         >>> import jax
@@ -159,6 +167,12 @@ def split_rngs(
     shape = as_shape(splits, "split_rngs")
     if squeeze and shape != (1,):
         raise ValueError(f"split_rngs: squeeze=True needs splits=1, got splits={splits!r}.")
+    if graph is False or graph_updates is False:
+        split_one = (
+            (lambda s: RngStream(jax.random.split(s(), shape)[0], tag=s.tag)) if squeeze else None
+        )
+        rule = split_one or (lambda s: s.split(shape))
+        return _functional(node, [(stream_predicate(only), rule)])
     if node is _MISSING:
         return lambda f: _decorate(
             lambda n: split_rngs(n, splits=splits, only=only, squeeze=squeeze), f
@@ -181,12 +195,16 @@ def fork_rngs(
     /,
     *,
     split: Shape | Mapping[Filter, Shape | None] | None = None,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Any:
     """Fork the Rng streams of ``node`` in place: each is reseeded with one draw of itself.
 
     ``split`` optionally turns some forks into batches of keys: a shape for all streams, or
     a mapping from stream filters to a shape or ``None`` (a plain fork); streams that match
     no filter are left alone. Returns :class:`SplitBackups`; without ``node`` it is a decorator.
+    With flax.nnx's ``graph=False`` or ``graph_updates=False`` it returns a forked copy of
+    ``node`` instead and leaves ``node`` as it is.
 
     Example:
         >>> import nnx_core as nnx
@@ -200,12 +218,15 @@ def fork_rngs(
         ValueError: a ``split`` mapping without ``...`` that matches no stream; a stream is
             already split.
     """
-    if node is _MISSING:
-        return lambda f: _decorate(lambda n: fork_rngs(n, split=split), f)
     rules = split.items() if isinstance(split, Mapping) else [(..., split)]
     preds = [
         (stream_predicate(f), None if n is None else as_shape(n, "fork_rngs")) for f, n in rules
     ]
+    if graph is False or graph_updates is False:
+        changes = [(p, _fork_rule(n)) for p, n in preds]
+        return _functional(node, changes)
+    if node is _MISSING:
+        return lambda f: _decorate(lambda n: fork_rngs(n, split=split), f)
     found = _streams(node)
     backups: list[tuple[RngStream, Any, Any]] = []
     for path, stream in found:
@@ -244,6 +265,7 @@ def reseed(
     /,
     *,
     policy: str | Callable[[Path, Any, tuple[int, ...]], Any] = "scalars_only",
+    graph: bool | None = None,
     **stream_keys: Any,
 ) -> None:
     """Give the named Rng streams of ``node`` new keys, as if they had just been created.
@@ -251,7 +273,8 @@ def reseed(
     As in flax.nnx, the streams named ``name`` get successive draws of ``Rngs(name=seed)``
     (in graph order) and their counts restart at 0. ``policy`` says what to do with a stream
     that holds a batch of keys: ``"scalars_only"`` (an error), ``"match_shape"`` (split the new
-    key to that shape) or a callable ``(path, key, shape) -> new key``.
+    key to that shape) or a callable ``(path, key, shape) -> new key``. ``graph`` (flax.nnx's
+    mode) is accepted for its code: both of its modes reseed in place, as here.
 
     Example:
         >>> import jax
@@ -280,7 +303,7 @@ def reseed(
     for name in stream_keys:
         if name not in tags:
             raise ValueError(
-                f"reseed: {type(node).__name__} has no Rng stream named {name!r} "
+                f"reseed: No RngStream named {name!r} in {type(node).__name__} "
                 f"(streams: {tags}).{suggest(name, tags)}"
             )
     seeds = Rngs(**stream_keys)
@@ -289,3 +312,121 @@ def reseed(
             key = rule(path, seeds[stream.tag](), stream.key.value.shape)
             stream.key.value = key
             stream.count.value = jnp.zeros(key.shape, jnp.uint32)
+
+
+# -- copies with changed streams (flax.nnx's with_rngs, and its tree mode) ----------------------
+Change = Callable[[RngStream], RngStream]
+ShapeRules = Shape | Mapping[Filter, Shape] | None
+
+
+def _fork_rule(shape: tuple[int, ...] | None) -> Change:
+    return (lambda s: s.fork()) if shape is None else (lambda s: s.split(shape))
+
+
+def _functional(node: Any, changes: list[tuple[Any, Change]]) -> Any:
+    """``_copy_with`` where the first ``(predicate, change)`` matching a stream changes it."""
+
+    def change(path: Path, stream: RngStream) -> RngStream | None:
+        return next((c(stream) for pred, c in changes if pred(path, stream)), None)
+
+    return _copy_with(node, change)
+
+
+def _copy_with(node: Any, change: Callable[[Path, RngStream], RngStream | None]) -> Any:
+    """A copy of ``node`` (or, without one, a decorator making that copy of the arguments) in
+    which each stream for which ``change(path, original stream)`` gives a new stream takes that
+    stream's key and count: the new keys are drawn from the original streams, whose counts
+    advance; nothing else of ``node`` changes."""
+    if node is _MISSING:
+        return lambda f: _decorate_copy(lambda n: _copy_with(n, change), f)
+    copy = clone(node)
+    for (path, stream), (_, copied) in zip(_streams(node), _streams(copy), strict=True):
+        new = change(path, stream)
+        if new is not None:
+            copied.key = RngKey(new.key.value, tag=stream.tag)
+            copied.count = RngCount(new.count.value, tag=stream.tag)
+    return copy
+
+
+def _decorate_copy(change: Callable[[Any], Any], f: F) -> F:
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = change((args, kwargs))
+        return f(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _shape_rules(rules: ShapeRules, where: str) -> list[tuple[Any, Any, tuple[int, ...]]]:
+    if rules is None:
+        return []
+    items = rules.items() if isinstance(rules, Mapping) else [(..., rules)]
+    return [(f, stream_predicate(f), as_shape(n, where)) for f, n in items]
+
+
+def with_rngs(
+    node: Any = _MISSING,
+    /,
+    *,
+    split: ShapeRules = None,
+    fork: Filter | list[Filter] | tuple[Filter, ...] | None = None,
+    broadcast: ShapeRules = None,
+    only: Filter = ...,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
+    """A copy of ``node`` whose Rng streams are split, broadcast or forked (as flax.nnx's).
+
+    ``split`` and ``broadcast`` are a shape for every stream or a mapping from stream filters
+    to shapes (the first matching filter wins); ``fork`` is a filter or a sequence of them
+    (``...`` forks every stream no other rule took). A stream matching no rule is copied
+    unchanged. The new keys are drawn from ``node``'s own streams, whose counts advance; the
+    rest of ``node`` is left as it is. Without ``node`` it decorates a function: each call gets
+    such a copy of its arguments. ``graph``/``graph_updates`` (flax.nnx's modes) change nothing:
+    a copy is returned in both.
+
+    Args:
+        node: a Module, Rngs, or any container of them (e.g. ``{"a": RngStream(0, tag="a")}``).
+        split: shapes of the key batches, per stream filter.
+        fork: the streams to fork (a new scalar key each).
+        broadcast: shapes to repeat one new key to, per stream filter.
+        only: the streams considered at all (``...``: every stream).
+
+    Example:
+        >>> import nnx_core as nnx
+        >>> rngs = nnx.Rngs(params=0, dropout=1)
+        >>> new = nnx.with_rngs(rngs, split={"params": 4}, fork=...)
+        >>> new.params.key.shape, new.dropout.key.shape, rngs.params.key.shape
+        ((4,), (), ())
+
+    Raises:
+        TypeError: a shape is not a positive int or tuple of them.
+        ValueError: a stream matched by two specific rules (e.g. ``split={"params": 4}`` and
+            ``fork="params"``).
+    """
+    splits = _shape_rules(split, "with_rngs(split=...)")
+    broadcasts = _shape_rules(broadcast, "with_rngs(broadcast=...)")
+    forks = [] if fork is None else list(fork) if isinstance(fork, (list, tuple)) else [fork]
+    fork_rules = [(f, stream_predicate(f), None) for f in forks]
+    in_scope = stream_predicate(only)
+
+    def change(stream: RngStream, path: Path) -> RngStream | None:
+        found: dict[str, Any] = {}
+        for rule, rules in (("split", splits), ("broadcast", broadcasts), ("fork", fork_rules)):
+            hit = next((r for r in rules if r[1](path, stream)), None)
+            if hit is not None:
+                found[rule] = hit
+        specific = [r for r, hit in found.items() if hit[0] is not Ellipsis and hit[0] is not True]
+        if len(specific) > 1:
+            listed = "; ".join(f"{r} by {found[r][0]!r}" for r in specific)
+            raise ValueError(
+                f"with_rngs: the Rng stream at {format_path(path)} ({stream.tag!r}) matches "
+                f"multiple rules ({listed}). Make the filters select disjoint streams."
+            )
+        if "split" in found:
+            return stream.split(found["split"][2])
+        if "broadcast" in found:
+            return stream.broadcast(found["broadcast"][2])
+        return stream.fork() if "fork" in found else None
+
+    return _copy_with(node, lambda path, s: change(s, path) if in_scope(path, s) else None)

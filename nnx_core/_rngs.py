@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -17,11 +17,21 @@ from ._variables import Variable
 Shape = int | tuple[int, ...]
 
 
-class RngKey(Variable, kind="RngKey"):
+class RngState(Variable, kind="RngState"):
+    """The state of an Rng stream: its key (:class:`RngKey`) and count (:class:`RngCount`).
+
+    Example:
+        >>> import nnx_core as nnx
+        >>> len(nnx.state(nnx.Rngs(0), nnx.RngState))
+        1
+    """
+
+
+class RngKey(RngState, kind="RngKey"):
     """The base key of an Rng stream."""
 
 
-class RngCount(Variable, kind="RngCount"):
+class RngCount(RngState, kind="RngCount"):
     """How many keys an Rng stream has handed out (advances through transforms)."""
 
 
@@ -61,6 +71,58 @@ def as_shape(splits: Any, where: str) -> tuple[int, ...]:
     return shape
 
 
+# jax.random functions and jax.nn.initializers offered as methods of a stream (and of Rngs, for
+# its default stream), as in flax.nnx: ``rngs.params.normal((2, 3))`` draws a key and calls
+# ``jax.random.normal(key, (2, 3))``; ``rngs.params.lecun_uniform()`` is an initializer without
+# a key argument (``init(shape, dtype)``) that draws a key on each call.
+RANDOM_FUNCTIONS = (
+    "bits", "uniform", "randint", "permutation", "choice", "normal", "multivariate_normal",
+    "truncated_normal", "bernoulli", "beta", "cauchy", "dirichlet", "exponential", "gamma",
+    "loggamma", "poisson", "gumbel", "categorical", "laplace", "logistic", "pareto", "t",
+    "chisquare", "f", "rademacher", "maxwell", "double_sided_maxwell", "weibull_min",
+    "orthogonal", "generalized_normal", "ball", "rayleigh", "wald", "geometric", "triangular",
+    "lognormal", "binomial", "multinomial",
+)  # fmt: skip
+INITIALIZERS = (
+    "delta_orthogonal", "glorot_normal", "glorot_uniform", "he_normal", "he_uniform",
+    "kaiming_normal", "kaiming_uniform", "lecun_normal", "lecun_uniform", "variance_scaling",
+    "xavier_normal", "xavier_uniform",
+)  # fmt: skip
+
+
+def _random_method(name: str) -> Callable[..., jax.Array]:
+    fn = getattr(jax.random, name)
+
+    @functools.wraps(fn)
+    def method(self: Any, *args: Any, **kwargs: Any) -> jax.Array:
+        return fn(self(), *args, **kwargs)
+
+    method.__doc__ = f"``jax.random.{name}`` with a new key of this stream."
+    return method
+
+
+def _initializer_method(name: str) -> Callable[..., Callable[..., jax.Array]]:
+    make = getattr(jax.nn.initializers, name)
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Callable[..., jax.Array]:
+        init = make(*args, **kwargs)
+        return lambda *a, **k: init(self(), *a, **k)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"``jax.nn.initializers.{name}(...)`` drawing its key from this stream."
+    return method
+
+
+def add_random_methods(cls: type) -> type:
+    """Give ``cls`` (whose instances are called for a key) the random and initializer methods."""
+    for name in RANDOM_FUNCTIONS:
+        setattr(cls, name, _random_method(name))
+    for name in INITIALIZERS:
+        setattr(cls, name, _initializer_method(name))
+    return cls
+
+
+@add_random_methods
 class RngStream(Module):
     """One named stream: each call returns a new key ``fold_in(key, count)`` and counts up.
 
@@ -91,8 +153,8 @@ class RngStream(Module):
         if args or kwargs:
             raise TypeError(
                 f"Rng stream {self.tag!r} takes no arguments: calling it returns a new key. "
-                f"For random values pass that key to jax.random, e.g. "
-                f"jax.random.normal(rngs.{self.tag}(), shape)."
+                f"For random values use a method, e.g. rngs.{self.tag}.normal(shape), or pass "
+                f"the key to jax.random: jax.random.normal(rngs.{self.tag}(), shape)."
             )
         key = self.key.value
         if key.shape:
@@ -111,29 +173,19 @@ class RngStream(Module):
             jax.random.split(self(), as_shape(splits, "RngStream.split")), tag=self.tag
         )
 
-    def fork(self) -> RngStream:
-        """A new, independent stream seeded with one draw of this one (its count starts at 0)."""
+    def fork(self, *, split: Shape | None = None) -> RngStream:
+        """A new, independent stream seeded with one draw of this one (its count starts at 0);
+        with ``split``, that draw split into a batch of keys (flax.nnx's ``fork(split=)``)."""
+        if split is not None:
+            return self.split(split)
         return RngStream(self(), tag=self.tag)
 
-
-@dataclass(frozen=True)
-class WithTag:
-    """Filter: Variables (and Rng streams) whose ``tag`` is ``tag``, e.g. an Rng stream's.
-
-    Inside ``nnx.Not``/``All``/``Any`` a string means a Variable kind, so a stream is named
-    there with ``WithTag``: ``nnx.split_rngs(rngs, splits=4, only=nnx.Not(nnx.WithTag("dropout")))``.
-
-    Example:
-        >>> import nnx_core as nnx
-        >>> rngs = nnx.Rngs(params=0, dropout=1)
-        >>> [nnx.format_path(p) for p, _ in nnx.state(rngs, nnx.WithTag("dropout")).flat_state()]
-        ['dropout.count', 'dropout.key']
-    """
-
-    tag: str
-
-    def __call__(self, path: tuple[Any, ...], value: Any) -> bool:
-        return getattr(value, "tag", None) == self.tag
+    def broadcast(self, shape: Shape) -> RngStream:
+        """A new stream holding one draw of this one repeated ``shape`` times (each copy gives
+        the same keys, e.g. for layers that must share a dropout mask)."""
+        key = self()
+        keys = jnp.broadcast_to(key, as_shape(shape, "RngStream.broadcast") + key.shape)
+        return RngStream(keys, tag=self.tag)
 
 
 def stream_predicate(filter: Filter) -> Callable[[tuple[Any, ...], RngStream], bool]:  # noqa: A002
@@ -160,6 +212,7 @@ def suggest(name: str, names: list[str]) -> str:
     return f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 
+@add_random_methods
 class Rngs(Module):
     """Named Rng streams: ``Rngs(0)``, ``Rngs(params=0, dropout=1)``.
 
@@ -212,7 +265,8 @@ class Rngs(Module):
             return default
         streams = sorted(k for k, v in d.items() if isinstance(v, RngStream))
         raise AttributeError(
-            f"Rngs has no stream {name!r} and no default stream (streams: {streams}).{suggest(name, streams)} "
+            f"No RngStream named {name!r} in Rngs and no default stream (streams: "
+            f"{streams}).{suggest(name, streams)} "
             f"Create it with Rngs({name}=seed, ...) or give a default seed: Rngs(0, ...)."
         )
 
@@ -250,21 +304,45 @@ class Rngs(Module):
         Raises:
             TypeError: a split count is not a positive int or tuple of them.
         """
-        rules = splits.items() if isinstance(splits, Mapping) else [(..., splits)]
-        preds = [(stream_predicate(f), n) for f, n in rules]
-        out: dict[str, RngStream] = {}
-        for name, stream in self.streams().items():
-            n = next((n for p, n in preds if p((name,), stream)), None)
-            out[name] = stream if n is None else stream.split(n)
-        return _rngs_of(out)
+        return self._per_stream(splits, RngStream.split)
 
-    def fork(self) -> Rngs:
+    def broadcast(self, shape: Shape | Mapping[Filter, Shape | None]) -> Rngs:
+        """A new Rngs whose streams hold one draw repeated ``shape`` times (see
+        :meth:`RngStream.broadcast`); a mapping selects streams as in :meth:`split`.
+
+        Raises:
+            TypeError: a shape is not a positive int or tuple of them.
+        """
+        return self._per_stream(shape, RngStream.broadcast)
+
+    def fork(self, *, split: Shape | Mapping[Filter, Shape | None] | None = None) -> Rngs:
         """A new, independent Rngs with one draw of each stream as its seeds.
 
         Each stream of the new Rngs is seeded with ``rngs.<name>()`` (so this one advances by
         one key per stream); as in flax.nnx, this is how a layer takes its own streams.
+        ``split`` (flax.nnx's ``fork(split=)``) makes the selected streams batches of keys, as
+        :meth:`split` does, and forks the others.
         """
-        return _rngs_of({name: stream.fork() for name, stream in self.streams().items()})
+        if split is None:
+            return _rngs_of({name: stream.fork() for name, stream in self.streams().items()})
+        split_streams = self._per_stream(split, RngStream.split).streams()
+        return _rngs_of(
+            {
+                name: new if new is not self.streams()[name] else new.fork()
+                for name, new in split_streams.items()
+            }
+        )
+
+    def _per_stream(
+        self, shapes: Shape | Mapping[Filter, Shape | None], change: Callable[..., RngStream]
+    ) -> Rngs:
+        rules = shapes.items() if isinstance(shapes, Mapping) else [(..., shapes)]
+        preds = [(stream_predicate(f), n) for f, n in rules]
+        out: dict[str, RngStream] = {}
+        for name, stream in self.streams().items():
+            n = next((n for p, n in preds if p((name,), stream)), None)
+            out[name] = stream if n is None else change(stream, n)
+        return _rngs_of(out)
 
 
 def _rngs_of(streams: dict[str, RngStream]) -> Rngs:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 import jax
+import numpy as np
 
 from ._filters import Filter, Predicate, _show, check_filters, to_predicate
 from ._variables import Variable, _describe
@@ -92,9 +94,15 @@ class State(MutableMapping):
         self[name] = value
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, State):
+        """Equal paths with equal leaves (the same Variable, or Variables of one kind with
+        equal metadata and values); a plain nested mapping compares as a State of it."""
+        if not isinstance(other, Mapping):
             return NotImplemented
-        return self._mapping == other._mapping
+        mine = self.flat_state()
+        theirs = (other if isinstance(other, State) else State(other)).flat_state()
+        return [p for p, _ in mine] == [p for p, _ in theirs] and all(
+            _same_leaf(a, b) for (_, a), (_, b) in zip(mine, theirs)
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -112,14 +120,19 @@ class State(MutableMapping):
         return out
 
     @classmethod
-    def from_flat_state(cls, items: Iterable[tuple[Path, Any]]) -> State:
-        """Rebuild a nested State from ``(path, leaf)`` pairs.
+    def from_flat_path(cls, items: Mapping[Path, Any] | Iterable[tuple[Path, Any]]) -> State:
+        """:meth:`from_flat_state` under flax.nnx's other name."""
+        return cls.from_flat_state(items)
+
+    @classmethod
+    def from_flat_state(cls, items: Mapping[Path, Any] | Iterable[tuple[Path, Any]]) -> State:
+        """Rebuild a nested State from ``(path, leaf)`` pairs or a mapping from paths to leaves.
 
         Raises:
             ValueError: two pairs with one path, or a path that is a prefix of another.
         """
         root: dict[Any, Any] = {}
-        for path, leaf in items:
+        for path, leaf in items.items() if isinstance(items, Mapping) else items:
             if not path:
                 raise ValueError("A flat-state path must have at least one key, got ().")
             node = root
@@ -206,6 +219,32 @@ class State(MutableMapping):
         )
 
 
+def _same_leaf(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, Variable) or isinstance(b, Variable):
+        if type(a) is not type(b) or a.metadata.keys() != b.metadata.keys():
+            return False
+        same_meta = all(_same_value(a.metadata[k], b.metadata[k]) for k in a.metadata)
+        return same_meta and _same_value(a._value, b._value)
+    return _same_value(a, b)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    if not operator.eq(ta, tb):  # PyTreeDef's == is untyped
+        return False
+    for x, y in zip(la, lb):
+        if hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x = jax.random.key_data(x)
+        if hasattr(y, "dtype") and jax.dtypes.issubdtype(y.dtype, jax.dtypes.prng_key):
+            y = jax.random.key_data(y)
+        if not np.array_equal(np.asarray(x), np.asarray(y)):
+            return False
+    return True
+
+
 def _flatten_into(state: State, prefix: Path, out: list[tuple[Path, Any]]) -> None:
     for key in sorted(state._mapping, key=sort_key):
         value = state._mapping[key]
@@ -248,7 +287,8 @@ def raise_unmatched(unmatched: list[tuple[Path, Any]], filters: tuple[Filter, ..
     shown = ", ".join(f"{format_path(p)} ({type(v).__name__})" for p, v in unmatched[:10])
     more = f" and {len(unmatched) - 10} more" if len(unmatched) > 10 else ""
     raise ValueError(
-        f"split filters {tuple(map(_show, filters))} leave {len(unmatched)} value(s) unmatched: "
+        f"Non-exhaustive filters, got a non-empty remainder: split filters "
+        f"{tuple(map(_show, filters))} leave {len(unmatched)} value(s) unmatched: "
         f"{shown}{more}. Add a filter for them or end the filters with `...`."
     )
 

@@ -49,7 +49,9 @@ def _binary(op: Callable[[Any, Any], Any], base: type) -> tuple[Callable, Callab
 def install_operators(base: type) -> None:
     """Arithmetic, comparison and unary operators of ``base`` that act on ``get_value()``.
 
-    In-place operators (``v += 1``) write the result back into the same Variable.
+    In-place operators (``v += 1``) write the result back into the same Variable. ``==`` and
+    ``!=`` compare values too (elementwise, as in flax.nnx), while the hash stays the object's
+    identity: a Variable is a graph object that may be shared, and is kept in sets and dicts.
     """
     for name in _BINARY:
         op = getattr(operator, f"{name}_" if name in ("and", "or") else name)
@@ -57,8 +59,9 @@ def install_operators(base: type) -> None:
         setattr(base, f"__{name}__", forward)
         setattr(base, f"__r{name}__", reflected)
         setattr(base, f"__i{name}__", inplace)
-    for name in ("lt", "le", "gt", "ge"):
+    for name in ("lt", "le", "gt", "ge", "eq", "ne"):
         setattr(base, f"__{name}__", _binary(getattr(operator, name), base)[0])
+    base.__hash__ = object.__hash__  # type: ignore[method-assign,assignment]
     for name in ("neg", "pos", "abs", "invert"):
         setattr(
             base,

@@ -89,9 +89,14 @@ class DiffArgs:
             per_root = []
             for r in roots:
                 start, stop = plan.bounds[r]
+                # a State, or a Variable in a plain pytree, is a pytree leaf to flax.nnx: all
+                # its (float) values, unless a DiffState picks some
+                root = plan.roots[r]
+                plain = type(root) is State or isinstance(root, Variable)
+                keep = _all_inexact if plain and not strict else pred
                 # a Variable shared with an earlier root is that root's (Plans list it once)
                 per_root.append(
-                    [i for i in range(start, stop) if (pred or _all_inexact)(paths[i], leaves[i])]
+                    [i for i in range(start, stop) if (keep or _all_inexact)(paths[i], leaves[i])]
                 )
             treedef = jax.tree_util.tree_structure(args[n], is_leaf=is_graph_root)
             self.slots.append((n, per_root, treedef))
@@ -147,6 +152,9 @@ class DiffArgs:
                 g = list(leaves)
                 for i, v in zip(idx, leaf):
                     g[i] = leaves[i].replace(v) if isinstance(leaves[i], Variable) else v
+                if isinstance(orig, Variable):  # a bare Variable: its gradient, of its kind
+                    converted.append(g[idx[0]] if idx else State({}))
+                    continue
                 converted.append(_build_state(self.plan, idx, g) if idx else State({}))
             out.append(jax.tree_util.tree_unflatten(treedef, converted))
         return out

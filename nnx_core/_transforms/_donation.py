@@ -33,6 +33,7 @@ from jax.extend.core import jaxpr_as_fun
 from .._graph import GraphDef, Plan, write_child
 from .._tracing import Tracer
 from .._variables import Variable, _set_private_slot, _set_raw_value_slot
+from ._inflight import multi_device_cpu, wait_for_previous
 from ._lift import OutInfo, apply, run_pure
 
 _raw_value = operator.attrgetter("_raw_value")
@@ -86,10 +87,11 @@ class Layout:
 class _Gathered:
     """A Layout applied to one Plan: the Variables (or positions) to read and write."""
 
-    __slots__ = ("donated", "kept", "kept_all_variables", "out", "out_all_variables")
+    __slots__ = ("donated", "kept", "kept_all_variables", "out", "out_all_variables", "multi_cpu")
 
     def __init__(self, plan: Plan, layout: Layout):
         leaves = plan.leaves
+        self.multi_cpu: bool | None = None  # spread over several CPU devices (see _inflight)
         self.donated = [leaves[i] for i in layout.donated]
         self.kept = [leaves[i] for i in layout.kept]
         self.kept_all_variables = all(isinstance(v, Variable) for v in self.kept)
@@ -280,6 +282,11 @@ def call(
             v._raw_value if isinstance(v, Variable) else v
             for v in (current[i] for i in layout.kept)
         ]
+    multi_cpu = gathered.multi_cpu
+    if multi_cpu is None:
+        multi_cpu = gathered.multi_cpu = multi_device_cpu(donated + kept) is not None
+    if multi_cpu:
+        wait_for_previous(donated + kept)
     values, out_others = fn(donated, kept, others)
     if layout.out is None:  # the structure changed: rebuild in place
         return apply(info, plan, values, out_others)

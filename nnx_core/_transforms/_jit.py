@@ -14,6 +14,7 @@ from .._graph import GraphDef, Plan
 from .._state import State
 from .._variables import Variable
 from . import _donation
+from ._inflight import wait_for_previous
 from ._lift import Call, OutInfo, PlanCache, apply, extract, input_values, is_graph_root, run_pure
 
 
@@ -160,7 +161,9 @@ class JitWrapped:
         if layout is not None:
             assert compiled.info is not None  # learned before the layout
             return _donation.call(compiled.fn, layout, compiled.info, plan, call.others)
-        values, out_others = compiled.fn(input_values(plan), call.others)
+        inputs = input_values(plan)
+        wait_for_previous(inputs)  # several CPU devices: one step in flight (see _inflight)
+        values, out_others = compiled.fn(inputs, call.others)
         assert compiled.info is not None  # set by the trace
         return apply(compiled.info, plan, values, out_others)
 

@@ -151,7 +151,7 @@ def test_state_with_several_filters_drops_the_unmatched():
 def test_non_exhaustive_split_names_the_unmatched_paths(call):
     with pytest.raises(
         ValueError,
-        match=r"split filters \('Param', 'BatchStat'\) leave 3 value\(s\) unmatched: "
+        match=r"Non-exhaustive filters, got a non-empty remainder: split filters \('Param', 'BatchStat'\) leave 3 value\(s\) unmatched: "
         r"cache \(Cache\), raw \(ndarray\), sub.n \(Variable\)\. Add a filter for them or end "
         r"the filters with `...`",
     ):
@@ -184,7 +184,8 @@ def test_many_unmatched_paths_are_elided():
     [
         (
             (..., nnx.Param),
-            r"`...` \(everything\) may only be the last filter, but it is filter 0 "
+            r"`\.\.\.` or `True` can only be used as the last filters: `...` \(everything\) may "
+            r"only be the last filter, but it is filter 0 "
             r"of 2: \('...', 'Param'\)\. Move it to the end\.",
         ),
         ((nnx.Param, True, nnx.Cache), r"it is filter 1 of 3: \('Param', 'True', 'Cache'\)"),
@@ -275,3 +276,13 @@ def test_constant_filters_take_no_or_two_arguments(constant):
 )
 def test_new_filter_reprs(filter_, expected):
     assert repr(filter_) == expected
+
+
+def test_a_string_that_names_no_kind_is_a_tag_as_in_flax():
+    rngs = nnx.Rngs(params=0, dropout=1)
+    _, counts, dropout, params = nnx.split(rngs, nnx.RngCount, "dropout", "params")
+    assert [nnx.format_path(p) for p, _ in dropout.flat_state()] == ["dropout.key"]
+    assert [nnx.format_path(p) for p, _ in params.flat_state()] == ["params.key"]
+    assert len(counts.flat_state()) == 2
+    assert nnx.to_predicate("dropout") == nnx.WithTag("dropout")
+    assert isinstance(nnx.to_predicate("Param"), nnx.OfType)

@@ -138,11 +138,19 @@ def test_set_attributes_sets_only_existing_attributes():
 
 def test_set_attributes_raises_for_unknown_attributes():
     with pytest.raises(
-        AttributeError,
-        match=r"No module in Net has the attribute\(s\) "
-        r"\['nope', 'other'\]; pass raise_if_not_found=False",
+        ValueError,
+        match=r"Could not find at least one instance of the following attributes: "
+        r"\['nope', 'other'\] in the modules of Net; pass raise_if_not_found=False",
     ):
         Net().set_attributes(deterministic=True, nope=1, other=2)
+
+
+def test_set_attributes_takes_filters_as_flax():
+    net = Net().set_attributes(lambda path, m: path == ("head",), deterministic=True)
+    assert net.head.deterministic is True
+    assert all(value is False for name, value in modes(net) if name != "head")
+    with pytest.raises(ValueError, match=r"following attributes: \['use_running_average'\]"):
+        Net().set_attributes(lambda path, m: path == ("head",), use_running_average=True)
 
 
 # -- sow ------------------------------------------------------------------------------------------
@@ -181,16 +189,16 @@ def test_sow_with_a_custom_kind():
     [
         (
             nnx.Param(1),
-            r"sow: attribute 'seen' of Sower holds a Param, not a Intermediate\. "
-            r"Use another name\.",
+            r"sow: expected attribute 'seen' of Sower to be of type Intermediate, got Param\. "
+            r"Use another name for the Intermediate values\.",
         ),
-        (3, r"sow: attribute 'seen' of Sower holds a int, not a Intermediate"),
+        (3, r"sow: expected attribute 'seen' of Sower to be a Variable, got int\."),
     ],
 )
 def test_sow_into_an_attribute_of_another_type_raises(existing, match):
     m = Sower()
     m.seen = existing
-    with pytest.raises(TypeError, match=match):
+    with pytest.raises(ValueError, match=match):
         m(1)
 
 
@@ -373,7 +381,8 @@ def test_perturb_refuses_an_attribute_of_another_kind():
     m = Perturbed()
     m.h = nnx.Param(jnp.zeros(2))
     with pytest.raises(
-        TypeError, match="perturb: attribute 'h' of Perturbed holds a Param, not a Perturbation"
+        ValueError,
+        match="perturb: expected attribute 'h' of Perturbed to be of type Perturbation, got Param",
     ):
         m(jnp.ones(2))
 

@@ -278,12 +278,37 @@ def test_object_subclasses_cannot_be_pytrees():
             pass
 
 
-def test_list_and_dict_are_the_plain_types():
+def test_list_is_the_plain_type_and_dict_reads_entries_as_attributes():
     class Holder(nnx.Module):
         def __init__(self):
             self.layers = nnx.List([Leaf(1), Leaf(2)])
-            self.heads = nnx.Dict(a=Leaf(1))
+            self.heads = nnx.Dict(b=Leaf(1), a=3)
 
     h = Holder()
-    assert type(h.layers) is list and type(h.heads) is dict
+    assert type(h.layers) is list and isinstance(h.heads, nnx.Module)
+    assert h.heads["b"] is h.heads.b and list(h.heads) == ["b", "a"] and len(h.heads) == 2
     assert len(jax.tree.leaves(h)) == 3 and nnx.List[int] == list[int]
+    h.heads["c"] = Leaf(2)
+    del h.heads["a"]
+    assert [nnx.format_path(p) for p, _ in nnx.state(h.heads).flat_state()] == ["b.w", "c.w"]
+    with pytest.raises(KeyError, match="'a'"):
+        h.heads["a"]
+    with pytest.raises(TypeError, match=r"nnx.Dict keys are attribute names \(strings\), got 0"):
+        nnx.Dict({0: 1})
+
+
+def test_dict_splits_and_merges_as_flax():
+    flax_nnx = importlib.import_module("flax.nnx")
+    ours = nnx.Dict(a=[nnx.Param(jnp.array(1)), nnx.BatchStat(jnp.array(2))], b=nnx.Param(2), c=100)
+    theirs = flax_nnx.Dict(
+        a=flax_nnx.List([flax_nnx.Param(jnp.array(1)), flax_nnx.BatchStat(jnp.array(2))]),
+        b=flax_nnx.Param(2),
+        c=100,
+    )
+    (g, p, r), (_, fp, fr) = (
+        nnx.split(ours, nnx.Param, ...),
+        flax_nnx.split(theirs, flax_nnx.Param, ...),
+    )
+    assert (len(p), len(r)) == (len(fp), len(fr)) == (2, 1)
+    assert [k for k, _ in p.flat_state()] == [k for k, _ in flax_nnx.to_flat_state(fp)]
+    assert nnx.merge(g, p, r).c == 100 and keystrs(ours) == keystrs(theirs)

@@ -228,7 +228,7 @@ def test_reseed_policies_for_batched_streams():
         ),
         (
             {"dropuot": 1},
-            r"reseed: Rngs has no Rng stream named 'dropuot' \(streams: "
+            r"reseed: No RngStream named 'dropuot' in Rngs \(streams: "
             r"\['dropout', 'params'\]\)\. Did you mean 'dropout'\?",
         ),
     ],
@@ -236,3 +236,71 @@ def test_reseed_policies_for_batched_streams():
 def test_reseed_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         nnx.reseed(nnx.Rngs(params=0, dropout=1), **kwargs)
+
+
+# -- with_rngs, and flax.nnx's tree mode (graph=False / graph_updates=False) ---------------------
+def test_with_rngs_returns_a_copy_with_changed_streams_matching_flax():
+    ours, theirs = nnx.Rngs(params=0, dropout=1, noise=2), fnnx.Rngs(params=0, dropout=1, noise=2)
+    key_before = ours.params.key
+    new = nnx.with_rngs(ours, split={"params": 4, ...: (2, 3)})
+    expected = fnnx.with_rngs(theirs, split={"params": 4, ...: (2, 3)}, graph=False)
+    assert new.params.key.shape == (4,) and new.noise.key.shape == (2, 3)
+    assert data(new.params.key.value) == data(expected.params.key[...])
+    assert data(new.noise.key.value) == data(expected.noise.key[...])
+    assert ours.params.key is key_before and ours.params.key.shape == ()
+    assert int(ours.params.count.value) == 1  # the draw came from the original stream
+
+
+def test_with_rngs_fork_broadcast_and_unmatched_streams():
+    rngs = nnx.Rngs(params=0, dropout=1)
+    new = nnx.with_rngs(rngs, split={"params": 4}, fork=...)
+    assert new.params.key.shape == (4,) and new.dropout.key.shape == ()
+    assert data(new.dropout.key.value) != data(rngs.dropout.key.value)
+    kept = nnx.with_rngs(rngs, fork="params")
+    assert kept.dropout is not rngs.dropout
+    assert data(kept.dropout.key.value) == data(rngs.dropout.key.value)
+    wide = nnx.with_rngs(rngs, broadcast={"params": 5}, only="params")
+    assert wide.params.key.shape == (5,) and wide.dropout.key.shape == ()
+
+
+def test_with_rngs_on_a_plain_dict_and_as_a_decorator():
+    tree = {"a": nnx.RngStream(0, tag="params"), "b": nnx.RngStream(1, tag="dropout")}
+    new = nnx.with_rngs(tree, split=4, graph=False)
+    assert new["a"].key.shape == new["b"].key.shape == (4,) and tree["a"].key.shape == ()
+
+    @nnx.with_rngs(split=2)
+    def shapes(r):
+        return r.params.key.shape, r["dropout"].key.shape
+
+    rngs = nnx.Rngs(params=0, dropout=1)
+    assert shapes(rngs) == ((2,), (2,)) and rngs.params.key.shape == ()
+
+
+def test_with_rngs_two_specific_rules_for_one_stream_raise():
+    with pytest.raises(
+        ValueError, match=r"with_rngs: the Rng stream at params \('params'\) matches multiple rules"
+    ):
+        nnx.with_rngs(nnx.Rngs(params=0), split={"params": 4}, fork="params")
+    with pytest.raises(TypeError, match=r"with_rngs\(split=\.\.\.\): the number of splits"):
+        nnx.with_rngs(nnx.Rngs(params=0), split=-1)
+
+
+@pytest.mark.parametrize("mode", [{"graph": False}, {"graph_updates": False}])
+def test_split_and_fork_rngs_in_tree_mode_return_copies(mode):
+    rngs = nnx.Rngs(params=0, dropout=1)
+    split = nnx.split_rngs(rngs, splits=5, **mode)
+    assert split.params.key.shape == split["dropout"].key.shape == (5,)
+    assert rngs.params.key.shape == () and isinstance(split, nnx.Rngs)
+    one = nnx.split_rngs(rngs, splits=1, squeeze=True, only="params", **mode)
+    assert one.params.key.shape == () and data(one.params.key.value) != data(rngs.params.key.value)
+    forked = nnx.fork_rngs(rngs, split={"params": 2, ...: None}, **mode)
+    assert forked.params.key.shape == (2,) and forked.dropout.key.shape == ()
+    assert data(forked.dropout.key.value) != data(rngs.dropout.key.value)
+
+
+def test_reseed_accepts_flax_graph_keyword():
+    rngs = nnx.Rngs(dropout=1)
+    first = data(rngs.dropout())
+    nnx.reseed(rngs, graph=False, dropout=1)
+    assert data(rngs.dropout.key.value) == first  # the first draw of Rngs(dropout=1)
+    assert int(rngs.dropout.count.value) == 0

@@ -121,7 +121,8 @@ def test_counts_have_the_shape_of_the_keys():
             lambda r: r.params((2,)),
             TypeError,
             r"Rng stream 'params' takes no arguments: calling it returns a new key\. For random "
-            r"values pass that key to jax\.random, e\.g\. jax\.random\.normal\(rngs\.params\(\), shape\)",
+            r"values use a method, e\.g\. rngs\.params\.normal\(shape\), or pass the key to "
+            r"jax\.random: jax\.random\.normal\(rngs\.params\(\), shape\)",
         ),
     ],
 )
@@ -143,7 +144,7 @@ def test_stream_names_that_are_rngs_attributes_are_rejected(name):
 def test_an_unknown_stream_suggests_close_names():
     with pytest.raises(
         AttributeError,
-        match=r"Rngs has no stream 'parms' .* Did you mean "
+        match=r"No RngStream named 'parms' in Rngs .* Did you mean "
         r"'params'\? Create it",
     ):
         nnx.Rngs(params=0, dropout=1)["parms"]
@@ -258,7 +259,7 @@ def test_an_unknown_stream_without_default_raises(get):
     rngs = nnx.Rngs(params=0, dropout=1)
     with pytest.raises(
         AttributeError,
-        match=r"Rngs has no stream 'noise' and no default stream "
+        match=r"No RngStream named 'noise' in Rngs and no default stream "
         r"\(streams: \['dropout', 'params'\]\)\. Create it "
         r"with Rngs\(noise=seed, \.\.\.\) or give a default "
         r"seed: Rngs\(0, \.\.\.\)\.",
@@ -271,3 +272,65 @@ def test_dunder_lookups_are_not_streams():
     assert not hasattr(rngs, "__array__") and "x" not in rngs
     with pytest.raises(AttributeError, match="^__nope__$"):
         getattr(rngs, "__nope__")  # noqa: B009
+
+
+# -- flax.nnx's random shortcuts, broadcast and fork(split=) ------------------------------------
+def _data(key):
+    return np.asarray(jax.random.key_data(key)).tolist()
+
+
+def test_random_methods_draw_a_key_and_match_flax():
+    import flax.nnx as fnnx
+
+    ours, theirs = nnx.Rngs(0, params=1), fnnx.Rngs(0, params=1)
+    np.testing.assert_array_equal(ours.normal((2, 3)), theirs.normal((2, 3)))
+    np.testing.assert_array_equal(ours.params.uniform((4,)), theirs.params.uniform((4,)))
+    np.testing.assert_array_equal(
+        ours.params.bernoulli(0.5, (8,)), theirs.params.bernoulli(0.5, (8,))
+    )
+    np.testing.assert_array_equal(
+        ours.params.lecun_uniform()((2, 3)), theirs.params.lecun_uniform()((2, 3))
+    )
+    expected = jax.random.normal(jax.random.fold_in(jax.random.key(0), 1), (2,))
+    np.testing.assert_array_equal(ours.default.normal((2,)), expected)
+    assert int(ours.default.count.value) == 2 and int(ours.params.count.value) == 3
+
+
+def test_broadcast_repeats_one_draw_and_matches_flax():
+    import flax.nnx as fnnx
+
+    ours, theirs = nnx.Rngs(params=1, dropout=2), fnnx.Rngs(params=1, dropout=2)
+    b, fb = (
+        ours.broadcast({"params": 5, "dropout": None}),
+        theirs.broadcast({"params": 5, "dropout": None}),
+    )
+    assert b.params.key.shape == b.params.count.shape == (5,) and b.dropout.key.shape == ()
+    assert b.dropout is ours.dropout
+    keys = _data(b.params.key.value)
+    assert keys == [keys[0]] * 5 and keys == _data(fb.params.key[...])
+    assert ours.params.broadcast((2, 3)).key.shape == (2, 3)
+    with pytest.raises(TypeError, match=r"RngStream\.broadcast: the number of splits must be"):
+        ours.params.broadcast(0)
+
+
+def test_fork_with_split_splits_the_matched_streams_and_forks_the_rest():
+    ours = nnx.Rngs(params=0, dropout=1)
+    forked = ours.fork(split={"params": 3})
+    assert forked.params.key.shape == (3,) and forked.dropout.key.shape == ()
+    assert forked.dropout is not ours.dropout and int(ours.dropout.count.value) == 1
+    assert ours.params.fork(split=(2, 2)).key.shape == (2, 2)
+    assert nnx.Rngs(0).fork(split=4).default.key.shape == (4,)
+
+
+def test_a_missing_stream_error_contains_flax_phrase():
+    with pytest.raises(AttributeError, match=r"No RngStream named 'dropout' in Rngs"):
+        _ = nnx.Rngs(some_name=0).dropout
+
+
+def test_rng_state_is_the_base_of_key_and_count_as_in_flax():
+    import flax.nnx as fnnx
+
+    assert issubclass(nnx.RngKey, nnx.RngState) and issubclass(nnx.RngCount, nnx.RngState)
+    ours = nnx.state(nnx.Rngs(0, dropout=1), nnx.RngState)
+    theirs = fnnx.state(fnnx.Rngs(0, dropout=1), fnnx.RngState)
+    assert [p for p, _ in ours.flat_state()] == [p for p, _ in fnnx.to_flat_state(theirs)]

@@ -46,7 +46,12 @@ def test_nested_mapping_access():
 def test_equality_and_unhashability():
     a = nnx.State({"x": {"y": 1}})
     assert a == nnx.State({"x": nnx.State({"y": 1})}) and a != nnx.State({"x": {"y": 2}})
-    assert (a == {"x": {"y": 1}}) is False  # only States compare equal to States
+    assert a == {"x": {"y": 1}} and a != {"x": {"y": 2}}  # a plain mapping, as in flax.nnx
+    assert nnx.State({}) == {} and (a == [1]) is False
+    v = nnx.Param(jnp.ones(2))
+    assert nnx.State({"v": v}) == {"v": nnx.Param(jnp.ones(2))}
+    assert nnx.State({"v": v}) != {"v": nnx.BatchStat(jnp.ones(2))}
+    assert nnx.State({"v": v}) != {"v": nnx.Param(jnp.ones(2), note=1)}
     assert nnx.State() == nnx.State({})
     with pytest.raises(TypeError, match="unhashable type: 'State'"):
         hash(a)

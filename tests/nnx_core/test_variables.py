@@ -96,9 +96,17 @@ def test_scalar_conversions():
     assert ["a", "b", "c", "d"][v] == "d"
 
 
-def test_variables_compare_by_identity_and_hash():
-    a, b = nnx.Param(jnp.ones(1)), nnx.Param(jnp.ones(1))
-    assert a == a and a != b and len({a, b, a}) == 2
+def test_variables_compare_values_as_flax_and_hash_by_identity():
+    import flax.nnx as fnnx
+
+    a, b = nnx.Param(jnp.array([1, 2, 3])), nnx.Param(jnp.array([1, 5, 3]))
+    fa, fb = fnnx.Param(jnp.array([1, 2, 3])), fnnx.Param(jnp.array([1, 5, 3]))
+    pairs = [(a == b, fa == fb), (a == 1, fa == 1), (a < b, fa[...] < fb[...])]
+    pairs.append((a != b, ~(fa == fb)))  # flax.nnx's != on several elements raises
+    for ours, theirs in pairs:
+        np.testing.assert_array_equal(ours, theirs)
+    assert (nnx.Variable(jnp.array(1)) == 1).all()
+    assert len({a, b, a}) == 2 and {a: "a"}[a] == "a"  # flax.nnx's are unhashable
 
 
 # -- metadata -----------------------------------------------------------------------------------
