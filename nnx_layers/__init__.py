@@ -48,6 +48,7 @@ from ._pooling import max_pool as max_pool
 from ._pooling import min_pool as min_pool
 from ._pooling import pool as pool
 from ._prelu import PReLU as PReLU
+from ._repeat import Repeat as Repeat
 from ._reshape import Reshape as Reshape
 from ._rnn import RNN as RNN
 from ._rnn import Bidirectional as Bidirectional
@@ -133,4 +134,5 @@ __all__ = [
     "WeightNorm",
     "SpectralNorm",
     "Reshape",
+    "Repeat",
 ]

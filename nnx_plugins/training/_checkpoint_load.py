@@ -35,6 +35,7 @@ from ..registry._lookup import get_variable_type
 from ._checkpoint import FORMAT_VERSION, CheckpointError, _sha256
 from ._checkpoint_entries import entry_key
 from ._checkpoint_manifest import confined_file, dtype_of, read_manifest
+from ._checkpoint_repeat import conversion_hints
 from ._checkpoint_shards import ShardReader
 from ._collectives import gather_text, process_label
 from ._mesh import is_key, place
@@ -286,6 +287,8 @@ def _prepare(directory: str | os.PathLike[str], into: Any, optimizer: Any) -> tu
         model = _rebuild(where, manifest) if into is None else into
         problems: list[str] = []
         assignments = _fill(model, "model", manifest, source, problems)
+        if problems:
+            problems[:0] = conversion_hints(model, manifest)
         if optimizer is not None:
             if not manifest.get("has_optimizer"):
                 problems.append(
