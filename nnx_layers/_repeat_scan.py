@@ -54,6 +54,11 @@ def spell(x: Any) -> str:
     return type(x).__name__
 
 
+class LoopError(ValueError):
+    """A mistake found while the loop body is traced; raised again, as a plain ValueError,
+    outside ``jax.lax.scan`` (without JAX's note about its filtered frames)."""
+
+
 def check_carry(before: Any, after: Any) -> None:
     """Raise unless ``after`` has the structure, shapes and dtypes of ``before``."""
     same = jax.tree.structure(before) == jax.tree.structure(after) and all(
@@ -61,7 +66,7 @@ def check_carry(before: Any, after: Any) -> None:
         for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after))
     )
     if not same:
-        raise ValueError(
+        raise LoopError(
             f"Repeat: the block returns {spell(after)} for an input of {spell(before)}. The "
             "blocks run one after another in a loop (scan), so a block's output must have its "
             "input's shape and dtype: make the block keep the shape (e.g. equal in_features "
@@ -153,12 +158,12 @@ class _Body:
         out = dict(out_leaves)
         removed = [p for p in self.paths if p not in out]
         if removed:
-            raise ValueError(
+            raise LoopError(
                 f"Repeat: a block removed {_show(removed)} inside the loop. Remove state "
                 "outside the call (e.g. with nnx_core.pop)."
             )
         if any(p[0] != 0 for p in out if p not in self.index):
-            raise ValueError(
+            raise LoopError(
                 "Repeat: a block added Variables to a Module given to the call (e.g. an "
                 "Rngs). Inside the loop only the blocks' own state may grow; create that "
                 "state before the call."
@@ -202,9 +207,12 @@ def scan_layers(
     xs = [body.values[i] for i in body.stacked]
     init = (carry, [body.values[i] for i in body.carried])
     traced = jax.checkpoint(body, prevent_cse=False) if remat else body
-    (carry, carried), (outputs, stacked) = jax.lax.scan(
-        traced, init, xs, length=count, unroll=unroll
-    )
+    try:
+        (carry, carried), (outputs, stacked) = jax.lax.scan(
+            traced, init, xs, length=count, unroll=unroll
+        )
+    except LoopError as error:
+        raise ValueError(*error.args) from None
     changes = list(zip(body.out_paths, stacked))
     changes += [(body.paths[body.carried[k]], carried[k]) for k in body.carried_changed]
     if body.out_graphdef == body.graphdef:

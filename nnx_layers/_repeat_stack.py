@@ -5,7 +5,7 @@ A stack is one Module whose Variables carry a leading axis with one entry per la
 that names its axes (``sharding_names``) gets one more name, for the layer axis, in front.
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -96,7 +96,7 @@ def unstack_layers(block: Module, count: int) -> list[Module]:
 
 def _spell(variable: Variable) -> str:
     shapes = [
-        f"{jnp.dtype(leaf.dtype).name}{list(leaf.shape)}"
+        f"{getattr(leaf.dtype, 'name', leaf.dtype)}{list(leaf.shape)}"
         for leaf in jax.tree.leaves(variable.value)
         if hasattr(leaf, "shape")
     ]
@@ -108,15 +108,19 @@ def _what(value: Any) -> str:
     if isinstance(value, Variable):
         return _spell(value)
     if hasattr(value, "shape") and hasattr(value, "dtype"):
-        return f"an array {jnp.dtype(value.dtype).name}{list(value.shape)}"
+        return f"an array {getattr(value.dtype, 'name', value.dtype)}{list(value.shape)}"
     return f"a {type(value).__name__}"
 
 
-def _statics(node: Any, children: set[Any]) -> Iterator[tuple[str, Any]]:
-    if isinstance(node, Module):
-        for key, value in sorted(vars(node).items()):
-            if key not in children and not key.startswith("_"):
-                yield key, value
+_MISSING = object()
+
+
+def _show(value: Any) -> str:
+    if value is _MISSING:
+        return "missing"
+    if isinstance(value, (Module, Variable)) or hasattr(value, "shape"):
+        return _what(value)
+    return repr(value)
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -127,31 +131,46 @@ def _equal(a: Any, b: Any) -> bool:
 
 
 def _node_difference(
-    path: tuple[Any, ...], a: Any, b: Any, children: set[Any], names: tuple[str, str]
+    path: tuple[Any, ...],
+    a: Any,
+    b: Any,
+    children: tuple[set[Any], set[Any]],
+    names: tuple[str, str],
 ) -> str | None:
     first, other = names
     here = format_path(path) if path else "the layer itself"
     if type(a) is not type(b):
         return f"{here} is {_what(a)} in {first} and {_what(b)} in {other}"
-    if not isinstance(a, Module) and hasattr(a, "shape"):
-        if _what(a) != _what(b):
-            return f"{here} is {_what(a)} in {first} and {_what(b)} in {other}"
-        return None
     if isinstance(a, Variable):
         if _spell(a) != _spell(b):
             return f"{here} is {_spell(a)} in {first} and {_spell(b)} in {other}"
         if a.metadata != b.metadata:
             return f"{here} has metadata {a.metadata} in {first} and {b.metadata} in {other}"
         return None
-    ours, theirs = dict(_statics(a, children)), dict(_statics(b, children))
-    for key in sorted(set(ours) | set(theirs)):
-        if key not in ours or key not in theirs or not _equal(ours[key], theirs[key]):
+    if not isinstance(a, Module) and hasattr(a, "shape"):
+        if _what(a) != _what(b):
+            return f"{here} is {_what(a)} in {first} and {_what(b)} in {other}"
+        return None
+    if not isinstance(a, Module):
+        return None
+    ours, theirs = vars(a), vars(b)
+    for key in sorted(k for k in set(ours) | set(theirs) if not k.startswith("_")):
+        mine, yours = key in children[0], key in children[1]
+        if mine and yours:
+            continue  # (compared at its own path)
+        left, right = ours.get(key, _MISSING), theirs.get(key, _MISSING)
+        if mine != yours or not _equal(left, right):
             where = format_path((*path, key))
-            return (
-                f"{where} is {ours.get(key, '(missing)')!r} in {first} and "
-                f"{theirs.get(key, '(missing)')!r} in {other}"
-            )
+            return f"{where} is {_show(left)} in {first} and {_show(right)} in {other}"
     return None
+
+
+def _children(nodes: dict[tuple[Any, ...], Any]) -> dict[tuple[Any, ...], set[Any]]:
+    children: dict[tuple[Any, ...], set[Any]] = {}
+    for path in nodes:
+        if path:
+            children.setdefault(path[:-1], set()).add(path[-1])
+    return children
 
 
 def first_difference(
@@ -169,14 +188,12 @@ def first_difference(
         'out_features is 3 in the first and 4 in the other'
     """
     nodes_a, nodes_b = dict(iter_graph(a)), dict(iter_graph(b))
-    children: dict[tuple[Any, ...], set[Any]] = {}
-    for path in nodes_a:
-        if path:
-            children.setdefault(path[:-1], set()).add(path[-1])
+    children_a, children_b = _children(nodes_a), _children(nodes_b)
     for path, value in nodes_a.items():
         if path not in nodes_b:
             return f"{format_path(path)} is {_what(value)} in {names[0]} and missing in {names[1]}"
-        found = _node_difference(path, value, nodes_b[path], children.get(path, set()), names)
+        sides = (children_a.get(path, set()), children_b.get(path, set()))
+        found = _node_difference(path, value, nodes_b[path], sides, names)
         if found is not None:
             return found
     for path, value in nodes_b.items():

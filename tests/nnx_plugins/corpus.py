@@ -75,6 +75,7 @@ ARGUMENTS = {
         "update_stats": False,
     },
     "Reshape": {"shape": [4, -1]},
+    "Repeat": {"count": 2, "block": {"type": "Linear", "in_features": 3, "out_features": 3}},
 }
 
 NESTED = {
