@@ -194,6 +194,12 @@ def _ratio(a: float, b: float) -> str:
 
 
 def report(cfgs: list[_gpt.Config], names: list[str], first: dict, rows: dict) -> None:
+    if first:
+        report_first(cfgs, names, first)
+    report_steady(rows)
+
+
+def report_first(cfgs: list[_gpt.Config], names: list[str], first: dict) -> None:
     print("\nfirst call, median of fresh processes (seconds)")
     print(
         "| depth | call path | first call wall | trace + compile wall | trace + compile CPU | "
@@ -220,6 +226,9 @@ def report(cfgs: list[_gpt.Config], names: list[str], first: dict, rows: dict) -
     print("\nper process, trace + compile CPU seconds")
     for (d, name), f in sorted(first.items()):
         print(f"  depth {d} {name}: {', '.join(f'{x:.2f}' for x in f['each_tc_cpu'])}")
+
+
+def report_steady(rows: dict) -> None:
     for cfg, (ms, mem) in rows.items():
         print(f"\ndepth {cfg}: steady step, ms (median), and the compiled step's memory_analysis()")
         print(
