@@ -393,3 +393,18 @@ def test_a_block_that_changes_the_dtype_is_refused_naming_both():
     model = Repeat(lambda rngs: nl.Linear(8, 8, dtype=jnp.bfloat16, rngs=rngs), 2, rngs=Rngs(0))
     with pytest.raises(ValueError, match=r"returns bfloat16\[4,8\] for an input of float32\[4,8\]"):
         model(_x())
+
+
+def test_a_repeat_of_repeats_equals_its_unrolled_blocks():
+    model = Repeat(
+        lambda rngs: Repeat(lambda inner: nl.Linear(4, 4, rngs=inner), 2, rngs=rngs),
+        3,
+        rngs=Rngs(0),
+    )
+    assert model.block.block.kernel.shape == (3, 2, 4, 4)
+    x = jnp.linspace(-1, 1, 8).reshape(2, 4)
+    expected = x
+    for outer in model.unstack():
+        for layer in outer.unstack():
+            expected = layer(expected)
+    np.testing.assert_allclose(model(x), expected, rtol=1e-5, atol=1e-6)
