@@ -44,9 +44,10 @@ def _cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
 
 
 # -- ours ----------------------------------------------------------------------------------------
-def nnx_model(cfg: Config, seed: int = 0) -> Any:
+def nnx_block(cfg: Config) -> type:
+    """Our pre-LayerNorm transformer block class for ``cfg``."""
     import nnx_core as nnx
-    from nnx_layers import Embed, LayerNorm, Linear, MultiHeadAttention, gelu, make_causal_mask
+    from nnx_layers import LayerNorm, Linear, MultiHeadAttention, gelu
 
     class Block(nnx.Module):
         def __init__(self, *, rngs: nnx.Rngs):
@@ -60,6 +61,15 @@ def nnx_model(cfg: Config, seed: int = 0) -> Any:
         def __call__(self, x, mask):
             x = x + self.attn(self.ln1(x), mask=mask)
             return x + self.proj(gelu(self.fc(self.ln2(x))))
+
+    return Block
+
+
+def nnx_model(cfg: Config, seed: int = 0) -> Any:
+    import nnx_core as nnx
+    from nnx_layers import Embed, LayerNorm, Linear, make_causal_mask
+
+    Block = nnx_block(cfg)
 
     class GPT(nnx.Module):
         def __init__(self, *, rngs: nnx.Rngs):
@@ -99,7 +109,8 @@ def nnx_step(cfg: Config, model: Any) -> tuple[tuple[Any, ...], Any]:
 
 
 # -- flax.nnx ------------------------------------------------------------------------------------
-def flax_model(cfg: Config, seed: int = 0) -> Any:
+def flax_block(cfg: Config) -> type:
+    """flax.nnx's version of the block class for ``cfg``."""
     from flax import nnx as fnnx
 
     class Block(fnnx.Module):
@@ -114,6 +125,14 @@ def flax_model(cfg: Config, seed: int = 0) -> Any:
         def __call__(self, x, mask):
             x = x + self.attn(self.ln1(x), mask=mask)
             return x + self.proj(fnnx.gelu(self.fc(self.ln2(x))))
+
+    return Block
+
+
+def flax_model(cfg: Config, seed: int = 0) -> Any:
+    from flax import nnx as fnnx
+
+    Block = flax_block(cfg)
 
     class GPT(fnnx.Module):
         def __init__(self, *, rngs: fnnx.Rngs):

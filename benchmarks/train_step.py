@@ -6,15 +6,24 @@ excluded; block_until_ready at the end of each repeat) and the ratio to the limi
 jax.jit step on pytrees that donates its buffers (params, statistics, count and optimizer
 state). Also the no-op step on the same leaves, and the compiled steps' memory_analysis()
 (argument, output, alias and temp bytes) plus the device's memory_stats() peak where it has one.
+
+Device copies per step, for each variant: the ``copy`` instructions of the compiled step's HLO
+(run on the device every step), the arrays copied on the host side before the call (our jit
+copies a buffer it cannot donate safely; counted by the arrays that go through
+``jax.device_put`` during ``--steps`` steady steps) and the donations JAX refused (its "donated
+buffers were not usable" warnings). On a CPU these show a copy regression that a CPU hides
+in its timings.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -99,14 +108,41 @@ def memory(lowered: jax.stages.Lowered) -> tuple[int, int, int, int]:
     )
 
 
+def hlo_copies(lowered: jax.stages.Lowered) -> int:
+    """``copy`` instructions in the compiled program (each one a device copy per step)."""
+    return len(re.findall(r"= \S+ copy(?:-start)?\(", lowered.compile().as_text()))
+
+
+def copies_per_step(run: Runner, steps: int) -> tuple[float, float]:
+    """Arrays put through ``jax.device_put`` and donations JAX refused, per step of ``run``."""
+    put = jax.device_put
+    counted = [0]
+
+    def counting(x, *args, **kwargs):
+        counted[0] += len(jax.tree_util.tree_leaves(x))
+        return put(x, *args, **kwargs)
+
+    jax.device_put = counting
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run(steps)
+    finally:
+        jax.device_put = put
+    refused = sum("donated buffers were not usable" in str(w.message) for w in caught)
+    return counted[0] / steps, refused / steps
+
+
 def measure(depth: int, steps: int, repeats: int, with_flax: bool):
     step_runners: dict[str, tuple[Runner, int]] = {}
     noop_runners: dict[str, tuple[Runner, int]] = {}
     mem: dict[str, tuple[int, int, int, int]] = {}
+    hlo: dict[str, int] = {}
     x, y = _models.data()
     for name, donate in ((OURS, False), (OURS_DONATE, True)):
         objs, step, noop = _models.nnx_steps(depth, donate=donate)
         mem[name] = memory(step.lower(*objs, x, y))
+        hlo[name] = hlo_copies(step.lower(*objs, x, y))
         step_runners[name] = (module_runner(objs, step), steps)
         noop_runners[name] = (module_runner(objs, noop), steps)
     if with_flax:
@@ -120,12 +156,18 @@ def measure(depth: int, steps: int, repeats: int, with_flax: bool):
     for name, donate in ((PLAIN, True), (PLAIN_UNDONATED, False)):
         state, step, noop = _models.plain_steps(depth, donate=donate)
         mem[name] = memory(step.lower(state, x, y))
+        hlo[name] = hlo_copies(step.lower(state, x, y))
         box = [state]
         step_runners[name] = (plain_runner(box, step), steps)
         noop_runners[name] = (plain_runner(box, noop), steps)
     t_step = interleaved(step_runners, repeats)
     t_noop = interleaved(noop_runners, repeats)
-    return {name: (t_step[name], t_noop[name]) for name in step_runners}, mem
+    copies = {
+        name: (hlo[name], *copies_per_step(run, n))
+        for name, (run, n) in step_runners.items()
+        if name in hlo
+    }
+    return {name: (t_step[name], t_noop[name]) for name in step_runners}, mem, copies
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
         f"load average {os.getloadavg()[0]:.2f}"
     )
     for depth in a.depths:
-        rows, mem = measure(depth, a.steps, a.repeats, not a.no_flax)
+        rows, mem, copies = measure(depth, a.steps, a.repeats, not a.no_flax)
         base_step, base_noop = rows[PLAIN]
         print(f"\ndepth {depth}")
         print("| call path | µs/step | x donated plain | no-op µs | no-op x donated plain |")
@@ -156,6 +198,11 @@ def main(argv: list[str] | None = None) -> None:
         print("|---|---|---|---|---|---|")
         for name, (arg, out, alias, temp) in mem.items():
             print(f"| {name} | {arg} | {out} | {alias} | {temp} | {out - alias + temp} |")
+        print(f"\ndepth {depth}: device copies per train step")
+        print("| call path | HLO copy ops | arrays copied before the call | donations refused |")
+        print("|---|---|---|---|")
+        for name, (ops, before, refused) in copies.items():
+            print(f"| {name} | {ops} | {before:.2f} | {refused:.2f} |")
     stats = device.memory_stats()
     peak = stats.get("peak_bytes_in_use") if stats else None
     print(

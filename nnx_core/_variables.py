@@ -128,7 +128,7 @@ class Variable(Generic[A]):
         value = cast(A, value)
         _set_value_slot(self, value)
         _set_meta_slot(self, metadata)
-        _set_meta_key_slot(self, None)
+        _set_meta_key_slot(self, None if metadata else ())  # (no metadata: its key is known)
         _set_trace_slot(self, current_trace())
         _set_value_slot(self, self.create_value(value))
 
@@ -144,7 +144,7 @@ class Variable(Generic[A]):
         new = object.__new__(cls)
         _set_value_slot(new, value)
         _set_meta_slot(new, dict(metadata))
-        _set_meta_key_slot(new, None)
+        _set_meta_key_slot(new, None if metadata else ())
         _set_trace_slot(new, current_trace())
         return new
 

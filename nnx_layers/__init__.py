@@ -50,6 +50,7 @@ from ._pooling import min_pool as min_pool
 from ._pooling import pool as pool
 from ._position import PositionEmbed as PositionEmbed
 from ._prelu import PReLU as PReLU
+from ._repeat import Repeat as Repeat
 from ._reshape import Reshape as Reshape
 from ._rnn import RNN as RNN
 from ._rnn import Bidirectional as Bidirectional
@@ -137,4 +138,5 @@ __all__ = [
     "Reshape",
     "PositionEmbed",
     "promote_dtype",
+    "Repeat",
 ]

@@ -160,8 +160,9 @@ def _build(args: argparse.Namespace) -> int:
         rows = [
             (
                 layer.path,
-                layer.type,
-                ", ".join(f"{v.name} {v.shape} {v.dtype} [{v.kind}]" for v in layer.variables),
+                layer.type + (f" x{layer.blocks}" if layer.blocks > 1 else ""),
+                layer.note
+                or ", ".join(f"{v.name} {v.shape} {v.dtype} [{v.kind}]" for v in layer.variables),
                 f"{layer.count:,}",
                 human_bytes(layer.nbytes),
             )

@@ -102,7 +102,7 @@ class _Builder:
         if field.kind == "variable":
             return self.registry.get("variable", raw)
         if field.kind == "layer":
-            return self.node(raw, path)
+            return self.factory(raw, path) if field.factory else self.node(raw, path)
         if field.kind == "layers":
             return [self.node(item, (*path, i)) for i, item in enumerate(raw)]
         if field.kind == "layer_map":
@@ -113,6 +113,16 @@ class _Builder:
             if isinstance(field.annotation, type) and field.annotation is list
             else tuplify(value)
         )
+
+    def factory(self, node: Mapping[str, Any], path: tuple[Any, ...]) -> Any:
+        """A function of ``rngs`` building ``node`` (for a layer that builds its sublayer
+        itself, as `Repeat` does); a layer failing inside is reported at its own path."""
+
+        def build_node(rngs: Any) -> Any:
+            inner = _Builder(self.registry, self.prefer, rngs)
+            return inner.root(node, path)
+
+        return build_node
 
     def node(self, node: Mapping[str, Any], path: tuple[Any, ...]) -> Any:
         obj = self.registry.get("layer", node["type"], prefer=self.prefer)
@@ -140,6 +150,9 @@ class _Builder:
             kwargs["rngs"] = self.rngs
         try:
             return obj(*args, **kwargs)
+        except _BuildFailure as nested:  # a sublayer it built itself (`factory`) failed
+            self.failures.extend(nested.failures)
+            return None
         except Exception as error:  # noqa: BLE001 - any layer error is reported with its path
             message = f"building {spec.name} raised {type(error).__name__}: {error}"
             self.failures.append((path, message, error))

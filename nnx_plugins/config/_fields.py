@@ -74,6 +74,7 @@ class FieldSpec:
     parameter_kind: inspect._ParameterKind
     optional: bool = False
     accepts: tuple[type, ...] = ()
+    factory: bool = False  # a layer field given as a function of ``rngs`` (`Repeat`'s block)
 
     @property
     def required(self) -> bool:
@@ -134,11 +135,18 @@ def _strip_optional(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
+def _is_factory(annotation: Any) -> bool:
+    """``Callable[[Rngs], Module]``: a function that builds a layer (a layer spec in configs)."""
+    inner, _ = _strip_optional(annotation)
+    origin, args = _origin_args(inner)
+    return origin is cabc.Callable and bool(args) and _is_module(args[-1])
+
+
 def _layer_shape(annotation: Any) -> str | None:
     """``one`` / ``list`` / ``dict`` if ``annotation`` holds Modules, else ``None``."""
     inner, _ = _strip_optional(annotation)
     origin, args = _origin_args(inner)
-    if _is_module(inner):
+    if _is_module(inner) or _is_factory(inner):
         return "one"
     if origin in (typing.Union, types.UnionType) and any(_is_module(a) for a in args):
         return "one"
@@ -495,6 +503,7 @@ def _derive_fields(obj: Any, registry: Any) -> tuple[tuple[FieldSpec, ...], bool
                 param.kind,
                 optional or param.default is None,
                 accepts,
+                kind == "layer" and _is_factory(annotation),
             )
         )
     return tuple(fields), takes_rngs

@@ -21,8 +21,10 @@ import jax
 import numpy as np
 
 import nnx_core
+from nnx_layers import Repeat
 
 from .._text import format_path
+from ..registry._registry import default_registry
 from ._build import build
 from ._load import Config, load_config
 
@@ -41,9 +43,15 @@ class VariableRow:
 
 @dataclasses.dataclass(frozen=True)
 class LayerRow:
+    """One layer's Variables; ``blocks`` > 1 inside a `Repeat` (the Variables hold that many
+    blocks on a leading axis). A `Repeat` has a row of its own (``note`` says what it holds)
+    with the Variables of all its blocks."""
+
     path: str
     type: str
     variables: tuple[VariableRow, ...]
+    blocks: int = 1
+    note: str = ""
 
     @property
     def count(self) -> int:
@@ -127,8 +135,38 @@ def summarize(config: Any, *, registry: Any = None) -> Summary:
         rows.setdefault(where, (node["type"], []))[1].append(row)
         old = by_kind.get(kind, (0, 0))
         by_kind[kind] = (old[0] + count, old[1] + nbytes)
-    layers = tuple(
-        LayerRow(format_path(("model", *where)), kind, tuple(items))
-        for where, (kind, items) in rows.items()
-    )
-    return Summary(validated, layers, by_kind, abstract)
+    repeats = dict(_repeats(validated.model, (), registry))
+    layers: list[LayerRow] = []
+    for where, (kind, items) in rows.items():
+        outer = [w for w in repeats if where[: len(w)] == w]
+        for w in outer:
+            if not any(row.path == format_path(("model", *w)) for row in layers):
+                layers.append(_repeat_row(w, repeats, rows))
+        blocks = math.prod(repeats[w][0] for w in outer)
+        layers.append(LayerRow(format_path(("model", *where)), kind, tuple(items), blocks))
+    return Summary(validated, tuple(layers), by_kind, abstract)
+
+
+def _repeats(node: Any, where: tuple[Any, ...], registry: Any) -> Any:
+    """``(path, (count, block type))`` for every `Repeat` node of a config, outermost first."""
+    if isinstance(node, list):
+        for i, item in enumerate(node):
+            yield from _repeats(item, (*where, i), registry)
+        return
+    if not isinstance(node, dict):
+        return
+    if isinstance(node.get("type"), str) and isinstance(node.get("block"), dict):
+        layer = (registry or default_registry()).get("layer", node["type"])
+        if isinstance(layer, type) and issubclass(layer, Repeat):
+            yield where, (node["count"], node["block"].get("type"))
+    for key, value in node.items():
+        yield from _repeats(value, (*where, key), registry)
+
+
+def _repeat_row(where: tuple[Any, ...], repeats: dict[Any, Any], rows: dict[Any, Any]) -> LayerRow:
+    count, block = repeats[where]
+    inside = [v for w, (_, items) in rows.items() if w[: len(where)] == where for v in items]
+    outer = [w for w in repeats if where[: len(w)] == w and w != where]
+    blocks = math.prod(repeats[w][0] for w in outer)
+    note = f"{count} blocks of {block}, stacked on a leading axis of {count} (rows below)"
+    return LayerRow(format_path(("model", *where)), "Repeat", tuple(inside), blocks, note)

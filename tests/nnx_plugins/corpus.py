@@ -76,6 +76,7 @@ ARGUMENTS = {
     },
     "Reshape": {"shape": [4, -1]},
     "PositionEmbed": {"max_length": 8, "features": 4, "decode": True},
+    "Repeat": {"count": 2, "block": {"type": "Linear", "in_features": 3, "out_features": 3}},
 }
 
 NESTED = {

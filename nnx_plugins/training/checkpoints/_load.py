@@ -36,6 +36,7 @@ from .._collectives import gather_text, process_label
 from .._placement import is_key, place
 from ._entries import entry_key
 from ._manifest import confined_file, dtype_of, read_manifest
+from ._repeat import conversion_hints
 from ._save import FORMAT_VERSION, CheckpointError, _sha256
 from ._shards import ShardReader
 
@@ -297,6 +298,8 @@ def _prepare(
         model = _rebuild(where, manifest) if into is None else into
         problems: list[str] = []
         assignments = _fill(model, "model", manifest, source, problems)
+        if problems:
+            problems[:0] = conversion_hints(model, manifest)
         if optimizer is not None:
             if not manifest.get("has_optimizer"):
                 problems.append(

@@ -173,3 +173,17 @@ def test_build_prints_the_training_estimate_and_refuses_what_cannot_fit(capsys, 
 def test_train_takes_allow_large():
     assert build_parser().parse_args(["train", "m.yaml", "--allow-large"]).allow_large
     assert not build_parser().parse_args(["train", "m.yaml"]).allow_large
+
+
+def test_build_summary_shows_a_repeat_as_its_blocks(capsys, tmp_path, monkeypatch):
+    (tmp_path / "deep.yaml").write_text(
+        "model:\n  type: Repeat\n  count: 12\n"
+        "  block: {type: Linear, in_features: 8, out_features: 8}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = run(capsys, "build", "deep.yaml", "--summary")
+    assert code == 0
+    assert "12 blocks of Linear, stacked on a leading axis of 12" in out
+    assert "Linear x12" in out and "(12, 8, 8)" in out
+    assert "total: 864 values" in out  # 12 * (8*8 + 8)

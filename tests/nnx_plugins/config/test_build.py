@@ -372,3 +372,34 @@ def test_layers_whose_models_fail_are_config_problems(fake_modules, target, mess
     with isolated_registry(distributions=[*installed("nnx-jax"), pack]):
         with pytest.raises(ConfigError, match=message):
             load_config({"model": {"type": "odd.Layer"}})
+
+
+REPEAT = {
+    "type": "Repeat",
+    "count": 3,
+    "block": {
+        "type": "Sequential",
+        "layers": [{"type": "Linear", "in_features": 4, "out_features": 4}, {"type": "relu"}],
+    },
+}
+
+
+def test_a_repeat_builds_each_block_from_its_spec_and_round_trips(nnx_registry):
+    model = build(REPEAT)
+    assert model.block.layers[0].kernel.shape == (3, 4, 4)
+    assert model(jax.numpy.ones((2, 4))).shape == (2, 4)
+    config = to_config(model)
+    assert config["count"] == 3 and config["block"]["layers"][1] == {"type": "relu"}
+    assert to_config(build(config)) == config == load_config({"model": REPEAT}).model
+
+
+def test_a_repeat_whose_block_fails_to_build_reports_the_block_path(nnx_registry):
+    bad = {**REPEAT, "block": {"type": "MultiHeadAttention", "num_heads": 3, "in_features": 4}}
+    with pytest.raises(ConfigError, match=r"model.block: building MultiHeadAttention raised"):
+        build({"model": bad})
+
+
+@pytest.mark.parametrize("count", [0, -1, 2.5, True, "3"])
+def test_a_repeat_count_is_a_positive_integer(nnx_registry, count):
+    with pytest.raises(ConfigError, match=r"model.count: Input should be"):
+        load_config({"model": {**REPEAT, "count": count}})

@@ -152,3 +152,28 @@ def test_a_bare_function_model_and_integer_inputs():
     assert check_model({"model": {"type": "relu"}}, data=spec(3)).output.shape == (2, 3)
     embed = seq({"type": "Embed", "num_embeddings": 4, "features": 3})
     assert check_model(embed, data=spec(5, dtype="int32")).output.shape == (2, 5, 3)
+
+
+REPEAT_MISMATCH = """\
+model:
+  type: Sequential
+  layers:
+    - {type: Linear, in_features: 4, out_features: 8}
+    - type: Repeat
+      count: 6
+      block: {type: Linear, in_features: 8, out_features: 16}
+"""
+
+
+def test_a_repeat_whose_block_changes_the_shape_is_refused_naming_the_shapes(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(REPEAT_MISMATCH)
+    with pytest.raises(ConfigError) as info:
+        check_model(path, data=spec(4))
+    (problem,) = info.value.problems
+    assert (problem.line, problem.path) == (5, ("model", "layers", 1))
+    assert "Repeat: the block returns float32[2,16] for an input of float32[2,8]" in (
+        problem.message
+    )
+    path.write_text(REPEAT_MISMATCH.replace("out_features: 16", "out_features: 8"))
+    assert check_model(path, data=spec(4)).output.shape == (2, 8)

@@ -27,3 +27,29 @@ def test_summary_per_layer_and_kind(nnx_registry):
 def test_summary_of_bad_config(nnx_registry):
     with pytest.raises(ConfigError, match="Unknown layer 'Nope'"):
         summarize({"model": {"type": "Nope"}})
+
+
+def test_a_repeat_shows_as_its_blocks(nnx_registry):
+    block = {"type": "Linear", "in_features": 4, "out_features": 4}
+    inner = {"type": "Repeat", "count": 2, "block": block}
+    outer = {"type": "Repeat", "count": 3, "block": inner}
+    summary = summarize({"model": {"type": "Sequential", "layers": [outer]}})
+    rows = [(r.path, r.type, r.blocks, r.note, r.count) for r in summary.layers]
+    assert rows == [
+        (
+            "model.layers[0]",
+            "Repeat",
+            1,
+            "3 blocks of Repeat, stacked on a leading axis of 3 (rows below)",
+            6 * 20,
+        ),
+        (
+            "model.layers[0].block",
+            "Repeat",
+            3,
+            "2 blocks of Linear, stacked on a leading axis of 2 (rows below)",
+            6 * 20,
+        ),
+        ("model.layers[0].block.block", "Linear", 6, "", 6 * 20),
+    ]
+    assert summary.total_count == 6 * 20
