@@ -1,5 +1,6 @@
 """Stacking and unstacking layers: Repeat.from_layers, repeat.unstack(), first_difference."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -55,15 +56,25 @@ def test_from_layers_keeps_settings():
     assert (model.remat, model.unroll, model.sharding_name) == (True, 2, "layers")
 
 
+class Noisy(nnx.Module):
+    """Keeps the caller's Rngs itself (not a fork), so every layer draws from one stream."""
+
+    def __init__(self, rngs):
+        self.rngs = rngs
+
+    def __call__(self, x):
+        return x + jax.random.uniform(self.rngs.noise(), x.shape)
+
+
 def test_a_variable_every_layer_shares_stays_shared():
-    rngs = Rngs(dropout=0)
-    layers = [nl.Dropout(0.5, rngs=rngs) for _ in range(3)]
+    rngs = Rngs(noise=0)
+    layers = [Noisy(rngs) for _ in range(3)]
     model = Repeat.from_layers(layers)
-    assert model.block.rngs.dropout.key is rngs.dropout.key  # not stacked: one shared stream
+    assert model.block.rngs.noise.key is rngs.noise.key  # not stacked: one shared stream
     model(jnp.ones(8))
-    assert int(rngs.dropout.count.value) == 3
+    assert int(rngs.noise.count.value) == 3
     unstacked = model.unstack()
-    assert all(layer.rngs.dropout.count is rngs.dropout.count for layer in unstacked)
+    assert all(layer.rngs.noise.count is rngs.noise.count for layer in unstacked)
 
 
 @pytest.mark.parametrize(
