@@ -199,15 +199,21 @@ class Embed(Module):
                 f"{inputs.shape}. Cast the ids with x.astype(jnp.int32); to project float "
                 f"vectors use Embed.attend or Linear."
             )
-        (embedding,) = self.promote_dtype(
-            (self.embedding.value,), dtype=self._dtype(), inexact=False
-        )
         if self.num_embeddings == 1:
+            (embedding,) = self.promote_dtype(
+                (self.embedding.value,), dtype=self._dtype(), inexact=False
+            )
             return place(
                 "Embed", jnp.broadcast_to(embedding, inputs.shape + (self.features,)), out_sharding
             )
+        # The looked-up rows are cast, not the table: the same values, and the gradient's
+        # scatter-add into the table runs in param_dtype (in bfloat16 it is lossy, and 9x slower
+        # a step on an H200: see docs/performance.md).
         take = out_sharding_op("Embed", _take_rows, out_sharding, native=False)
-        return take(embedding, inputs)
+        (rows,) = self.promote_dtype(
+            (take(self.embedding.value, inputs),), dtype=self._dtype(), inexact=False
+        )
+        return rows
 
     def attend(self, query: jax.Array, out_sharding: Any = None) -> jax.Array:
         """Score ``query`` (``(..., features)``) against every embedding: ``query @ embedding.T``.

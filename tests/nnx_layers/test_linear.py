@@ -155,6 +155,21 @@ def test_embed_matches_flax(
     assert_close(ours.attend(query), theirs.attend(query))
 
 
+def test_embed_in_bfloat16_accumulates_the_gradient_of_repeated_ids_in_param_dtype():
+    # 3000 lookups of row 0: a bfloat16 scatter-add stalls at 256 (256 + 1 rounds to 256)
+    import nnx_core as nnx
+
+    embed = Embed(4, 2, dtype=jnp.bfloat16, rngs=Rngs(0))
+    ids = jnp.zeros(3000, jnp.int32)
+    out = embed(ids)
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(
+        out.astype(jnp.float32), embed.embedding.value[ids].astype(jnp.bfloat16)
+    )
+    grads = nnx.grad(lambda m: m(ids).astype(jnp.float32).sum())(embed)
+    np.testing.assert_array_equal(grads["embedding"].value[0], [3000.0, 3000.0])
+
+
 def test_embed_errors_on_float_ids():
     with pytest.raises(TypeError, match="Embed expects integer ids, got dtype float32"):
         Embed(4, 2, rngs=Rngs(0))(jnp.ones((2,)))
