@@ -253,12 +253,33 @@ def protect(leaves: list[Variable], values: list[Any]) -> list[Any]:
     if any(isinstance(x, Tracer) for x in jax.tree_util.tree_leaves(originals)):
         return values  # inside an outer transform: nothing is donated
     out = list(values)
-    # Each copy keeps its array's sharding: given no target, device_put would move an array
-    # spread over several processes' devices onto one device, which it cannot.
-    targets = [x.sharding if isinstance(x, jax.Array) else None for x in originals]
-    for j, copy in zip(shared, jax.device_put(originals, targets, may_alias=False)):
+    for j, copy in zip(shared, _copies(originals)):
         out[j] = copy
     return out
+
+
+def _copies(arrays: list[Any]) -> list[Any]:
+    """A new buffer for each array, in its sharding.
+
+    device_put copies what this process can address; an array spread over several processes'
+    devices (which device_put refuses, even to its own sharding) is copied shard by shard.
+    """
+    local = [j for j, x in enumerate(arrays) if not _spans_processes(x)]
+    out = list(arrays)
+    targets = [arrays[j].sharding if isinstance(arrays[j], jax.Array) else None for j in local]
+    for j, copy in zip(local, jax.device_put([arrays[j] for j in local], targets, may_alias=False)):
+        out[j] = copy
+    for j, x in enumerate(arrays):
+        if _spans_processes(x):
+            shards = [
+                jax.device_put(s.data, s.device, may_alias=False) for s in x.addressable_shards
+            ]
+            out[j] = jax.make_array_from_single_device_arrays(x.shape, x.sharding, shards)
+    return out
+
+
+def _spans_processes(x: Any) -> bool:
+    return isinstance(x, jax.Array) and not x.is_fully_addressable
 
 
 def call(

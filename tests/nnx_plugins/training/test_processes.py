@@ -204,6 +204,55 @@ def test_two_processes_train_like_one_process_and_their_checkpoint_resumes_in_on
     )
 
 
+def test_two_processes_run_the_callbacks_and_keep_best_as_one_process_does(tmp_path):
+    # the ema callback's average starts as a copy sharing the model's arrays: the first update
+    # copies them, shard by shard for arrays spread over both processes (device_put refused)
+    config = dict(
+        MLP,
+        train={"steps": 24, "batch_size": 32, "log_interval": 1, "eval_interval": 3},
+        checkpoint={"interval": 3, "keep": 1, "keep_best": {"metric": "test.loss", "mode": "min"}},
+        callbacks=[
+            {"type": "ema", "decay": 0.9},
+            # no improvement counts (min_delta): stops after the third evaluation, restoring
+            # the first one's weights
+            {
+                "type": "early_stopping",
+                "metric": "test.loss",
+                "patience": 2,
+                "min_delta": 10.0,
+                "restore_best": True,
+            },
+        ],
+    )
+    path = write_config(tmp_path, config)
+    two_dir, one_dir = tmp_path / "two", tmp_path / "one"
+    two = start_two([path, "--run-dir", str(two_dir), "--mesh", "data=8"])
+    one = start([path, "--run-dir", str(one_dir), "--mesh", "data=8"], devices=8)
+    (code0, out0, err0), (code1, _, err1), (code, out, err) = finish([*two, one])
+    assert (code0, code1, code) == (0, 0, 0), err0[-3000:] + err1[-3000:] + err[-3000:]
+    for text in (out0, out):
+        assert "trained 9 steps (steps 1 to 9)" in text and "early_stopping stopped the run" in text
+    for run_dir in (two_dir, one_dir):
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows if r["split"] == "test_ema"] == [3, 6, 9]
+    ema_two, ema_one = (
+        [
+            r["loss"]
+            for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())
+            if r["split"] == "test_ema"
+        ]
+        for d in (two_dir, one_dir)
+    )
+    np.testing.assert_allclose(ema_two, ema_one, rtol=2e-3)
+    best_two, best_one = (
+        json.loads((d / "checkpoints" / "best.json").read_text()) for d in (two_dir, one_dir)
+    )
+    assert best_two["step"] == best_one["step"]
+    np.testing.assert_allclose(best_two["value"], best_one["value"], rtol=2e-3)
+    final = re.search(r"test loss (\d\.\d+)\)", out0).group(1)
+    assert final == re.search(r"test loss (\d\.\d+)\)", out).group(1)
+
+
 def test_a_one_process_checkpoint_resumes_in_two_processes(tmp_path):
     config = write_config(tmp_path)
     uninterrupted = train(config, run_dir=tmp_path / "full", progress=False)
