@@ -1,6 +1,7 @@
 """Steady-state time per train step: ours vs flax.nnx vs a plain jax.jit step on pytrees.
 
 Run: python benchmarks/train_step.py [--depths 5 20] [--steps 200] [--repeats 7] [--no-flax]
+     [--json FILE] [--profile DIR]
 Prints µs/step (median of repeats, the variants taking turns within each repeat; compile
 excluded; block_until_ready at the end of each repeat) and the ratio to the limit: a plain
 jax.jit step on pytrees that donates its buffers (params, statistics, count and optimizer
@@ -18,6 +19,7 @@ in its timings.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -31,6 +33,7 @@ import jax
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _models  # noqa: E402
+import _profile  # noqa: E402
 
 OURS = "(a) nnx_core.jit (ours, default)"
 OURS_DONATE = "(a') nnx_core.jit(donate_argnums=(0, 1))"
@@ -133,7 +136,7 @@ def copies_per_step(run: Runner, steps: int) -> tuple[float, float]:
     return counted[0] / steps, refused / steps
 
 
-def measure(depth: int, steps: int, repeats: int, with_flax: bool):
+def measure(depth: int, steps: int, repeats: int, with_flax: bool, profile_dir: Path | None):
     step_runners: dict[str, tuple[Runner, int]] = {}
     noop_runners: dict[str, tuple[Runner, int]] = {}
     mem: dict[str, tuple[int, int, int, int]] = {}
@@ -162,6 +165,11 @@ def measure(depth: int, steps: int, repeats: int, with_flax: bool):
         noop_runners[name] = (plain_runner(box, noop), steps)
     t_step = interleaved(step_runners, repeats)
     t_noop = interleaved(noop_runners, repeats)
+    if profile_dir is not None:
+        for name in (OURS, PLAIN):
+            tag = f"depth{depth}_{'ours' if name == OURS else 'plain'}"
+            summary = _profile.profile(step_runners[name][0], 20, profile_dir / tag)
+            (profile_dir / f"{tag}.md").write_text(f"# {name}, depth {depth}, 20 steps\n{summary}")
     copies = {
         name: (hlo[name], *copies_per_step(run, n))
         for name, (run, n) in step_runners.items()
@@ -176,14 +184,26 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--no-flax", action="store_true")
+    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    p.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="trace 20 steps of ours and of the donated plain step per depth into this folder "
+        "and write each trace summarised (time per op name, per timeline) as DIR/depthN_*.md",
+    )
     a = p.parse_args(argv)
     device = jax.devices()[0]
     print(
         f"jax {jax.__version__}, {device.platform}, {len(jax.devices())} device(s); "
         f"load average {os.getloadavg()[0]:.2f}"
     )
+    record: dict = {"device": str(device.device_kind), "platform": device.platform}
     for depth in a.depths:
-        rows, mem, copies = measure(depth, a.steps, a.repeats, not a.no_flax)
+        rows, mem, copies = measure(depth, a.steps, a.repeats, not a.no_flax, a.profile)
+        record[str(depth)] = {"us": rows, "memory": mem, "copies": copies}
+        if a.json is not None:
+            a.json.write_text(json.dumps(record, indent=1))
         base_step, base_noop = rows[PLAIN]
         print(f"\ndepth {depth}")
         print("| call path | µs/step | x donated plain | no-op µs | no-op x donated plain |")
