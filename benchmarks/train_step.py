@@ -11,8 +11,9 @@ state). Also the no-op step on the same leaves, and the compiled steps' memory_a
 Device copies per step, for each variant: the ``copy`` instructions of the compiled step's HLO
 (run on the device every step), the arrays copied on the host side before the call (our jit
 copies a buffer it cannot donate safely; counted by the arrays that go through
-``jax.device_put`` during ``--steps`` steady steps) and the donations JAX refused (its "donated
-buffers were not usable" warnings). On a CPU these show a copy regression that a CPU hides
+``jax.device_put`` during ``--steps`` steady steps), the donations JAX refused (its "donated
+buffers were not usable" warnings) and whether a step moves data between host and device
+unasked (``jax.transfer_guard``). On a CPU these show a copy regression that a CPU hides
 in its timings.
 """
 
@@ -136,6 +137,18 @@ def copies_per_step(run: Runner, steps: int) -> tuple[float, float]:
     return counted[0] / steps, refused / steps
 
 
+def implicit_transfers(run: Runner) -> str:
+    """Whether two steps of ``run`` move data between host and device unasked: "none" when they
+    pass under ``jax.transfer_guard("disallow")`` (a Python scalar or NumPy array among the
+    step's inputs would be copied to the device on every call, which a CPU hides)."""
+    try:
+        with jax.transfer_guard("disallow"):
+            run(2)
+    except Exception as error:  # noqa: BLE001 - the guard's error type is jax's own
+        return f"yes: {str(error).splitlines()[0][:60]}"
+    return "none"
+
+
 def measure(depth: int, steps: int, repeats: int, with_flax: bool, profile_dir: Path | None):
     step_runners: dict[str, tuple[Runner, int]] = {}
     noop_runners: dict[str, tuple[Runner, int]] = {}
@@ -171,7 +184,7 @@ def measure(depth: int, steps: int, repeats: int, with_flax: bool, profile_dir: 
             summary = _profile.profile(step_runners[name][0], 20, profile_dir / tag)
             (profile_dir / f"{tag}.md").write_text(f"# {name}, depth {depth}, 20 steps\n{summary}")
     copies = {
-        name: (hlo[name], *copies_per_step(run, n))
+        name: (hlo[name], *copies_per_step(run, n), implicit_transfers(run))
         for name, (run, n) in step_runners.items()
         if name in hlo
     }
@@ -219,10 +232,13 @@ def main(argv: list[str] | None = None) -> None:
         for name, (arg, out, alias, temp) in mem.items():
             print(f"| {name} | {arg} | {out} | {alias} | {temp} | {out - alias + temp} |")
         print(f"\ndepth {depth}: device copies per train step")
-        print("| call path | HLO copy ops | arrays copied before the call | donations refused |")
-        print("|---|---|---|---|")
-        for name, (ops, before, refused) in copies.items():
-            print(f"| {name} | {ops} | {before:.2f} | {refused:.2f} |")
+        print(
+            "| call path | HLO copy ops | arrays copied before the call | donations refused | "
+            "implicit host transfers |"
+        )
+        print("|---|---|---|---|---|")
+        for name, (ops, before, refused, transfers) in copies.items():
+            print(f"| {name} | {ops} | {before:.2f} | {refused:.2f} | {transfers} |")
     stats = device.memory_stats()
     peak = stats.get("peak_bytes_in_use") if stats else None
     print(
