@@ -11,7 +11,8 @@
 #  1. train_step: the MLP train step at depths 5 and 20, ours against the donated plain step,
 #     with the per-step device copies (HLO copy ops, arrays copied before the call, refused
 #     donations) and a jax.profiler trace of 20 steps of each, summarised per op name and
-#     timeline in $OUT/profile/depth*_{ours,plain}.md (the device's own timings of the copies).
+#     timeline in $OUT/profile/depth*_{ours,plain}.md (the device's own timings of the copies;
+#     KEEP_TRACES=1 keeps the raw traces beside them).
 #  2. deep_compile first call (trace + compile, one fresh process per variant; 1 round, not the
 #     median of 3 of the CPU table) at 12 blocks: ours unrolled, Repeat, Repeat(remat=True) and
 #     the plain lax.scan, with each process's memory_stats() peak (remat against unrolled);
@@ -51,6 +52,9 @@ cat "$OUT/env.txt"
 DC=benchmarks/deep_compile.py
 stage 1_train_step 60 $PY benchmarks/train_step.py "${TS[@]}" --no-flax \
   --json "$OUT/train_step.json" --profile "$OUT/profile"
+if [ -z "${KEEP_TRACES:-}" ] && [ -d "$OUT/profile" ]; then  # keep the summaries, not the raw traces
+  find "$OUT/profile" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+fi
 stage 2_first_call_d$D1 80 $PY $DC --depths $D1 --rounds 1 --no-steady "${SHAPE[@]}" \
   --first-variants ours-unrolled ours-repeat ours-repeat-remat plain-scan \
   --json "$OUT/first_call_d$D1.json"
