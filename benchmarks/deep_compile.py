@@ -1,6 +1,7 @@
 """Deep models: the first call and the steady step, blocks unrolled vs stacked under scan.
 
 Run: python benchmarks/deep_compile.py [--depths 12 24 48] [--rounds 3] [--steps 2] [--repeats 3]
+     [--variants ...] [--first-variants ...] [--no-steady] [--json FILE]
 The model is benchmarks/_gpt.py's GPT (width 256, 4 heads, sequence 128, batch 8, vocabulary
 1024, adamw) at each depth, six ways:
 
@@ -17,8 +18,10 @@ wall and CPU seconds (all threads of the process). Median over ``--rounds`` proc
 variant and depth, the variants taking turns. Steady step: one process per depth builds every
 variant from the same parameters (their first losses are checked equal), then the variants take
 turns running ``--steps`` steps per repeat; median ms per step over ``--repeats``. Memory: the
-compiled train step's ``memory_analysis()`` (arguments, outputs, aliased, temporaries) and the
-device's ``memory_stats()`` peak where it reports one.
+compiled train step's ``memory_analysis()`` (arguments, outputs, aliased, temporaries) and, on
+a device whose ``memory_stats()`` reports a peak (a GPU), each first-call process's peak over
+its first two calls (one variant per process, so the peaks compare). It runs on the default
+backend (a GPU when one is present).
 """
 
 from __future__ import annotations
@@ -128,17 +131,27 @@ def memory(variant: Variant) -> list[int] | None:
     ]
 
 
+def _memory_stats() -> dict[str, Any]:
+    stats = jax.devices()[0].memory_stats()
+    return stats or {}
+
+
 def child(name: str, cfg: _gpt.Config) -> dict[str, Any]:
-    """One fresh process: the first and second call of one variant."""
+    """One fresh process: the first and second call of one variant, and the device's peak
+    memory (where it reports one) over the two calls, also above what was in use before."""
     variant = build(name, cfg, _gpt.nnx_model(cfg))
+    before = _memory_stats().get("bytes_in_use")
     first = timed(variant.step)
     second = timed(variant.step)
+    peak = _memory_stats().get("peak_bytes_in_use")
     return {
         "first_wall": first[0],
         "first_cpu": first[1],
         "second_wall": second[0],
         "second_cpu": second[1],
         "loss": float(first[2]),
+        "peak_bytes": peak,
+        "peak_above_state": None if peak is None or before is None else peak - before,
     }
 
 
@@ -151,7 +164,9 @@ def _spawn(name: str, cfg: _gpt.Config) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def first_calls(cfgs: list[_gpt.Config], names: list[str], rounds: int) -> dict[Any, dict]:
+def first_calls(
+    cfgs: list[_gpt.Config], names: list[str], rounds: int, log: Callable[[dict], None]
+) -> dict[Any, dict]:
     """Median over ``rounds`` fresh processes of each variant's first call, per depth."""
     runs: dict[Any, list[dict[str, Any]]] = {}
     for r in range(rounds):
@@ -159,6 +174,7 @@ def first_calls(cfgs: list[_gpt.Config], names: list[str], rounds: int) -> dict[
             order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
                 runs.setdefault((cfg.layers, name), []).append(_spawn(name, cfg))
+                log({"first_runs": {f"{d}/{n}": v for (d, n), v in runs.items()}})
     out = {}
     for key, results in runs.items():
         tc_wall = [x["first_wall"] - x["second_wall"] for x in results]
@@ -168,8 +184,15 @@ def first_calls(cfgs: list[_gpt.Config], names: list[str], rounds: int) -> dict[
             "tc_wall": statistics.median(tc_wall),
             "tc_cpu": statistics.median(tc_cpu),
             "each_tc_cpu": tc_cpu,
+            "peak_bytes": _median_of(results, "peak_bytes"),
+            "peak_above_state": _median_of(results, "peak_above_state"),
         }
     return out
+
+
+def _median_of(results: list[dict[str, Any]], key: str) -> float | None:
+    values = [x[key] for x in results if x.get(key) is not None]
+    return statistics.median(values) if values else None
 
 
 def steady(cfg: _gpt.Config, names: list[str], steps: int, repeats: int) -> tuple[dict, dict]:
@@ -226,6 +249,19 @@ def report_first(cfgs: list[_gpt.Config], names: list[str], first: dict) -> None
     print("\nper process, trace + compile CPU seconds")
     for (d, name), f in sorted(first.items()):
         print(f"  depth {d} {name}: {', '.join(f'{x:.2f}' for x in f['each_tc_cpu'])}")
+    if any(f["peak_bytes"] is not None for f in first.values()):
+        print("\ndevice memory_stats() over the first two calls, one process per variant (MiB)")
+        print("| depth | call path | peak in use | peak above the state before the call |")
+        print("|---|---|---|---|")
+        for (d, name), f in sorted(first.items()):
+            print(
+                f"| {d} | {VARIANTS[name]} | {_mib(f['peak_bytes'])} | "
+                f"{_mib(f['peak_above_state'])} |"
+            )
+
+
+def _mib(n: float | None) -> str:
+    return "-" if n is None else f"{n / 2**20:.1f}"
 
 
 def report_steady(rows: dict) -> None:
@@ -260,6 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--no-steady", action="store_true")
+    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     p.add_argument("--child", choices=list(VARIANTS), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     cfgs = [_gpt.Config(layers=d, width=a.width, seq=a.seq, batch=a.batch) for d in a.depths]
@@ -271,11 +308,20 @@ def main(argv: list[str] | None = None) -> None:
         f"jax {jax.__version__}, {device.platform} ({device.device_kind}), "
         f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}"
     )
-    first = first_calls(cfgs, a.first_variants or a.variants, a.rounds)
+    record: dict[str, Any] = {"device": str(device.device_kind), "platform": device.platform}
+
+    def log(update: dict[str, Any]) -> None:
+        record.update(update)
+        if a.json is not None:  # written as it goes, so a run cut short keeps what it measured
+            a.json.write_text(json.dumps(record, indent=1, default=str))
+
+    first = first_calls(cfgs, a.first_variants or a.variants, a.rounds, log)
+    log({"first": {f"{d}/{n}": v for (d, n), v in first.items()}})
     rows = {}
     if not a.no_steady:
         for cfg in cfgs:
             rows[cfg.layers] = steady(cfg, a.variants, a.steps, a.repeats)
+            log({"steady": {str(d): {"ms": ms, "memory": mem} for d, (ms, mem) in rows.items()}})
     report(cfgs, a.first_variants or a.variants, first, rows)
     stats = device.memory_stats()
     peak = stats.get("peak_bytes_in_use") if stats else None

@@ -1,6 +1,7 @@
 """Steady-state time per train step: ours vs flax.nnx vs a plain jax.jit step on pytrees.
 
 Run: python benchmarks/train_step.py [--depths 5 20] [--steps 200] [--repeats 7] [--no-flax]
+     [--json FILE] [--profile DIR]
 Prints µs/step (median of repeats, the variants taking turns within each repeat; compile
 excluded; block_until_ready at the end of each repeat) and the ratio to the limit: a plain
 jax.jit step on pytrees that donates its buffers (params, statistics, count and optimizer
@@ -10,14 +11,16 @@ state). Also the no-op step on the same leaves, and the compiled steps' memory_a
 Device copies per step, for each variant: the ``copy`` instructions of the compiled step's HLO
 (run on the device every step), the arrays copied on the host side before the call (our jit
 copies a buffer it cannot donate safely; counted by the arrays that go through
-``jax.device_put`` during ``--steps`` steady steps) and the donations JAX refused (its "donated
-buffers were not usable" warnings). On a CPU these show a copy regression that a CPU hides
+``jax.device_put`` during ``--steps`` steady steps), the donations JAX refused (its "donated
+buffers were not usable" warnings) and whether a step moves data between host and device
+unasked (``jax.transfer_guard``). On a CPU these show a copy regression that a CPU hides
 in its timings.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -31,6 +34,7 @@ import jax
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _models  # noqa: E402
+import _profile  # noqa: E402
 
 OURS = "(a) nnx_core.jit (ours, default)"
 OURS_DONATE = "(a') nnx_core.jit(donate_argnums=(0, 1))"
@@ -133,7 +137,19 @@ def copies_per_step(run: Runner, steps: int) -> tuple[float, float]:
     return counted[0] / steps, refused / steps
 
 
-def measure(depth: int, steps: int, repeats: int, with_flax: bool):
+def implicit_transfers(run: Runner) -> str:
+    """Whether two steps of ``run`` move data between host and device unasked: "none" when they
+    pass under ``jax.transfer_guard("disallow")`` (a Python scalar or NumPy array among the
+    step's inputs would be copied to the device on every call, which a CPU hides)."""
+    try:
+        with jax.transfer_guard("disallow"):
+            run(2)
+    except Exception as error:  # noqa: BLE001 - the guard's error type is jax's own
+        return f"yes: {str(error).splitlines()[0][:60]}"
+    return "none"
+
+
+def measure(depth: int, steps: int, repeats: int, with_flax: bool, profile_dir: Path | None):
     step_runners: dict[str, tuple[Runner, int]] = {}
     noop_runners: dict[str, tuple[Runner, int]] = {}
     mem: dict[str, tuple[int, int, int, int]] = {}
@@ -162,8 +178,13 @@ def measure(depth: int, steps: int, repeats: int, with_flax: bool):
         noop_runners[name] = (plain_runner(box, noop), steps)
     t_step = interleaved(step_runners, repeats)
     t_noop = interleaved(noop_runners, repeats)
+    if profile_dir is not None:
+        for name in (OURS, PLAIN):
+            tag = f"depth{depth}_{'ours' if name == OURS else 'plain'}"
+            summary = _profile.profile(step_runners[name][0], 20, profile_dir / tag)
+            (profile_dir / f"{tag}.md").write_text(f"# {name}, depth {depth}, 20 steps\n{summary}")
     copies = {
-        name: (hlo[name], *copies_per_step(run, n))
+        name: (hlo[name], *copies_per_step(run, n), implicit_transfers(run))
         for name, (run, n) in step_runners.items()
         if name in hlo
     }
@@ -176,14 +197,26 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--no-flax", action="store_true")
+    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    p.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="trace 20 steps of ours and of the donated plain step per depth into this folder "
+        "and write each trace summarised (time per op name, per timeline) as DIR/depthN_*.md",
+    )
     a = p.parse_args(argv)
     device = jax.devices()[0]
     print(
         f"jax {jax.__version__}, {device.platform}, {len(jax.devices())} device(s); "
         f"load average {os.getloadavg()[0]:.2f}"
     )
+    record: dict = {"device": str(device.device_kind), "platform": device.platform}
     for depth in a.depths:
-        rows, mem, copies = measure(depth, a.steps, a.repeats, not a.no_flax)
+        rows, mem, copies = measure(depth, a.steps, a.repeats, not a.no_flax, a.profile)
+        record[str(depth)] = {"us": rows, "memory": mem, "copies": copies}
+        if a.json is not None:
+            a.json.write_text(json.dumps(record, indent=1))
         base_step, base_noop = rows[PLAIN]
         print(f"\ndepth {depth}")
         print("| call path | µs/step | x donated plain | no-op µs | no-op x donated plain |")
@@ -199,10 +232,13 @@ def main(argv: list[str] | None = None) -> None:
         for name, (arg, out, alias, temp) in mem.items():
             print(f"| {name} | {arg} | {out} | {alias} | {temp} | {out - alias + temp} |")
         print(f"\ndepth {depth}: device copies per train step")
-        print("| call path | HLO copy ops | arrays copied before the call | donations refused |")
-        print("|---|---|---|---|")
-        for name, (ops, before, refused) in copies.items():
-            print(f"| {name} | {ops} | {before:.2f} | {refused:.2f} |")
+        print(
+            "| call path | HLO copy ops | arrays copied before the call | donations refused | "
+            "implicit host transfers |"
+        )
+        print("|---|---|---|---|---|")
+        for name, (ops, before, refused, transfers) in copies.items():
+            print(f"| {name} | {ops} | {before:.2f} | {refused:.2f} | {transfers} |")
     stats = device.memory_stats()
     peak = stats.get("peak_bytes_in_use") if stats else None
     print(

@@ -10,9 +10,11 @@ and flax.nnx's ``split_rngs`` + ``vmap`` stacks) and applies the blocks in order
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax.numpy as jnp
+
 from nnx_core import Module, Rngs, split_rngs, vmap
 
-from ._checks import check_positive_int
+from ._checks import check_positive_int, check_sequence_shape
 from ._constraints import Size
 from ._repeat_scan import check_carry, scan_layers
 from ._repeat_stack import add_layer_axis, first_difference, stack_layers, unstack_layers
@@ -155,6 +157,44 @@ class Repeat(Module):
         )
         return outputs
 
+    def init_cache(self, input_shape: Sequence[int], dtype: Any = jnp.float32) -> None:
+        """Give every block its own decoding caches, stacked on the block axis.
+
+        In each block, every layer with an ``init_cache`` method (outermost first, as
+        ``nnx generate`` starts a model) is called with ``(batch..., length, width)``: its own
+        ``in_features`` or ``features`` when it has one, else the last entry of
+        ``input_shape``.
+
+        Args:
+            input_shape: the shape of a whole sequence, ``(batch..., max_length, features)``.
+            dtype: dtype of the cached keys and values.
+
+        Raises:
+            ValueError: ``input_shape`` is not ``(batch..., length, features)`` with positive
+                sizes, or no layer of the block decodes from a cache.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from nnx_core import Rngs
+            >>> from nnx_layers import MultiHeadAttention, Repeat
+            >>> stack = Repeat(
+            ...     lambda rngs: MultiHeadAttention(2, 8, decode=True, rngs=rngs), 3, rngs=Rngs(0))
+            >>> stack.init_cache((1, 5, 8))
+            >>> stack.block.cached_key.value.shape, stack.block.cache_index.value.tolist()
+            ((3, 1, 5, 2, 4), [0, 0, 0])
+            >>> stack(jnp.ones((1, 1, 8))).shape, stack.block.cache_index.value.tolist()
+            ((1, 1, 8), [1, 1, 1])
+        """
+        shape = check_sequence_shape("Repeat", input_shape, "(batch, max_length, features)")
+        found: list[int] = []  # the block is traced once, whatever the count
+        self.each(lambda block: found.append(_start_caches(block, shape, dtype)))
+        if not found[0]:
+            raise ValueError(
+                f"Repeat.init_cache: no layer of the block ({type(self.block).__name__}) has "
+                "an init_cache method, so there is no cache to start. Decode with a block "
+                "that holds e.g. a MultiHeadAttention(..., decode=True)."
+            )
+
     def unstack(self) -> list[Module]:
         """The blocks as ``count`` independent Modules (copies of each block's values).
 
@@ -226,3 +266,17 @@ def _builder(block: Callable[[Rngs], Module]) -> Callable[[Rngs], Module]:
         return built
 
     return build
+
+
+def _start_caches(block: Module, shape: tuple[int, ...], dtype: Any) -> int:
+    """`Repeat.init_cache` in one block; how many layers it started."""
+    started: list[tuple[Any, ...]] = []
+    for path, module in block.iter_modules():
+        init = getattr(module, "init_cache", None)
+        if not callable(init) or any(path[: len(done)] == done for done in started):
+            continue
+        widths = [getattr(module, name, None) for name in ("in_features", "features")]
+        width = next((w for w in widths if isinstance(w, int)), shape[-1])
+        init((*shape[:-1], width), dtype)
+        started.append(tuple(path))
+    return len(started)

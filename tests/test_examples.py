@@ -50,6 +50,14 @@ def test_the_regression_example_learns_in_a_short_run(tmp_path, capsys):
     assert r2 > 0.2, out
 
 
+@pytest.mark.parametrize(("name", "blocks"), [("text_gpt", 4), ("digits_vit", 2)])
+def test_the_transformer_examples_stack_their_blocks_in_a_repeat(name, blocks, capsys):
+    """The GPT and the ViT write their blocks once, in a Repeat (compiled once, issue 22)."""
+    assert main(["build", str(EXAMPLES / f"{name}.yaml"), "--summary"]) == 0
+    out = capsys.readouterr().out
+    assert "│ Repeat " in out and f"{blocks} blocks of Sequential" in out, out
+
+
 def test_the_gpt_example_trains_and_generates_by_the_readme_commands(tmp_path, capsys):
     """A short run of examples/text_gpt.yaml (the full run: docs/training.md), then
     ``nnx generate`` from its checkpoint: the loss falls well below a uniform guess (8 bits per

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 from .._graph import GraphDef, Plan
 from .._state import State
@@ -42,9 +43,9 @@ class _Compiled:
 @functools.cache
 def _array_type() -> type:
     """jax's concrete Array class, found on first use: making an array when nnx_core is
-    imported would start the backend (and its compiler threads) in every importing process."""
-    with jax.ensure_compile_time_eval():
-        return type(jax.numpy.zeros(()))
+    imported would start the backend (and its compiler threads) in every importing process.
+    A transfer, not an operation: ``jnp.zeros`` would compile a program in the first call."""
+    return type(jax.device_put(np.zeros((), np.float32)))
 
 
 class _Repeat:

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 
 import nnx_core as nnx
+from nnx_layers import Repeat
 
 from .._errors import NnxError
 
@@ -104,7 +105,9 @@ def start_decoding(model: Any, batch: int, length: int) -> None:
     Every layer with a ``decode`` attribute gets ``decode=True``, and every layer with an
     ``init_cache`` method (outermost first: a layer that starts its own sublayers' caches is
     not entered) is called with ``(batch, length, width)``, ``width`` being its
-    ``in_features`` or ``features``. Dropout and batch statistics are switched to evaluation.
+    ``in_features`` or ``features``. Inside a `nnx_layers.Repeat` this happens for every block,
+    so each block gets its own caches (stacked on the block axis, as its parameters are).
+    Dropout and batch statistics are switched to evaluation.
 
     Raises:
         GenerationError: no layer decodes from a cache, or one has no known input width.
@@ -112,20 +115,36 @@ def start_decoding(model: Any, batch: int, length: int) -> None:
     """
     model.eval()
     model.set_attributes(decode=True, raise_if_not_found=False)
-    started: list[tuple[Any, ...]] = []
-    for path, module in model.iter_modules():
-        if not callable(getattr(module, "init_cache", None)):
-            continue
-        if any(path[: len(done)] == done for done in started):
-            continue
-        module.init_cache((batch, length, _cache_width(path, module)))
-        started.append(tuple(path))
-    if not started:
+    if not _start_caches(model, batch, length, ()):
         raise GenerationError(
             f"{type(model).__name__} has no layer that decodes from a cache (such as "
             f"MultiHeadAttention or PositionEmbed), so it cannot generate token by token. "
             f"Build the model's sequence mixing from such layers."
         )
+
+
+def _start_caches(model: Any, batch: int, length: int, prefix: tuple[Any, ...]) -> int:
+    """Start the caches of ``model`` (found at ``prefix``, for messages); how many layers."""
+    started: list[tuple[Any, ...]] = []
+    for path, module in model.iter_modules():
+        if any(path[: len(done)] == done for done in started):
+            continue
+        if isinstance(module, Repeat):
+            if not _start_blocks(module, batch, length, (*prefix, *path, "block")):
+                continue
+        elif callable(getattr(module, "init_cache", None)):
+            module.init_cache((batch, length, _cache_width((*prefix, *path), module)))
+        else:
+            continue
+        started.append(tuple(path))
+    return len(started)
+
+
+def _start_blocks(repeat: Repeat, batch: int, length: int, where: tuple[Any, ...]) -> int:
+    """`_start_caches` in every block of ``repeat``: each block gets its own caches."""
+    found: list[int] = []  # the block is traced once, whatever the count
+    repeat.each(lambda block: found.append(_start_caches(block, batch, length, where)))
+    return found[0]
 
 
 # -- sampling ----------------------------------------------------------------------------------

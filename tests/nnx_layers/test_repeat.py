@@ -184,6 +184,44 @@ def test_the_kv_cache_decodes_one_cache_per_block_equal_to_the_unrolled_model():
         )
 
 
+def test_init_cache_starts_one_cache_per_block_and_decodes_as_the_unrolled_model():
+    model = Repeat(lambda rngs: Decoder(rngs=rngs), 3, rngs=Rngs(0))
+    layers = model.unstack()
+    model.init_cache((2, 4, 8))
+    for layer in layers:
+        layer.attn.init_cache((2, 4, 8))
+    assert model.block.attn.cached_value.shape == (3, 2, 4, 2, 4)
+    assert model.block.attn.cache_index.value.tolist() == [0, 0, 0]
+    x = _x((2, 4, 8))
+    for t in range(4):
+        np.testing.assert_allclose(
+            model(x[:, t : t + 1]), _unrolled(layers, x[:, t : t + 1]), rtol=1e-5, atol=1e-5
+        )
+    assert model.block.attn.cache_index.value.tolist() == [4, 4, 4]
+    model.init_cache((1, 6, 8))  # a new sequence: fresh caches
+    assert model.block.attn.cached_key.shape == (3, 1, 6, 2, 4)
+    assert float(jnp.abs(model.block.attn.cached_key.value).sum()) == 0.0
+
+
+def test_init_cache_gives_an_inner_layer_its_own_width_and_starts_nested_repeats():
+    class Projected(nnx.Module):
+        def __init__(self, rngs):
+            self.up = nl.Linear(4, 8, rngs=rngs)
+            self.attn = nl.MultiHeadAttention(2, 8, decode=True, rngs=rngs)
+            self.down = nl.Linear(8, 4, rngs=rngs)
+
+        def __call__(self, x):
+            return x + self.down(self.attn(self.up(x)))
+
+    model = Repeat(
+        lambda rngs: Repeat(lambda inner: Projected(inner), 2, rngs=rngs), 3, rngs=Rngs(0)
+    )
+    model.init_cache((1, 5, 4))
+    assert model.block.block.attn.cached_key.shape == (3, 2, 1, 5, 2, 4)
+    assert model(jnp.ones((1, 1, 4))).shape == (1, 1, 4)
+    assert model.block.block.attn.cache_index.value.tolist() == [[1, 1]] * 3
+
+
 def test_each_returns_the_outputs_stacked():
     model = Repeat(lambda rngs: nl.Linear(3, 2, rngs=rngs), 4, rngs=Rngs(0))
     sums = model.each(lambda layer, scale: layer.kernel.value.sum() * scale, 2.0)
@@ -394,6 +432,19 @@ def test_a_block_that_changes_the_dtype_is_refused_naming_both():
     model = Repeat(lambda rngs: nl.Linear(8, 8, dtype=jnp.bfloat16, rngs=rngs), 2, rngs=Rngs(0))
     with pytest.raises(ValueError, match=r"returns bfloat16\[4,8\] for an input of float32\[4,8\]"):
         model(_x())
+
+
+@pytest.mark.parametrize("shape", [(5,), (2, 0, 8), (2, 5, 8.0)])
+def test_init_cache_needs_a_sequence_shape(shape):
+    model = Repeat(lambda rngs: Decoder(rngs=rngs), 2, rngs=Rngs(0))
+    with pytest.raises(ValueError, match=r"Repeat.init_cache needs the shape of a whole sequence"):
+        model.init_cache(shape)
+
+
+def test_init_cache_of_a_block_without_caches_is_refused():
+    model = Repeat(lambda rngs: nl.Linear(8, 8, rngs=rngs), 2, rngs=Rngs(0))
+    with pytest.raises(ValueError, match=r"no layer of the block \(Linear\) has an init_cache"):
+        model.init_cache((1, 4, 8))
 
 
 def test_a_repeat_of_repeats_equals_its_unrolled_blocks():
