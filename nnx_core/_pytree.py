@@ -85,6 +85,9 @@ class Pytree:
             if marks is not None:
                 bump_epoch()
                 object.__setattr__(self, MARKS_ATTR, marks)
+        elif MARKS_ATTR in d and dict(d[MARKS_ATTR]).get(name) is False:
+            where = f"{type(self).__name__}.{name} (marked nnx.static)"
+            check_static(value, where, "Found data on value of type")
         elif CLASS_MARKS and CLASS_MARKS.get(type(self), {}).get(name) is False:
             if name not in dict(d.get(MARKS_ATTR, ())):
                 check_static(value, f"{type(self).__name__}.{name} (a static field)", _UNEXPECTED)
