@@ -105,6 +105,13 @@ from ._transforms._partial import cached_partial as cached_partial
 from ._transforms._partial import jit_partial as jit_partial
 from ._transforms._scan import scan as scan
 from ._transforms._shard_map import shard_map as shard_map
+from ._update_context import MergeContext as MergeContext
+from ._update_context import SplitContext as SplitContext
+from ._update_context import UpdateContext as UpdateContext
+from ._update_context import current_update_context as current_update_context
+from ._update_context import merge_context as merge_context
+from ._update_context import split_context as split_context
+from ._update_context import update_context as update_context
 from ._variable_metadata import VariableMetadata as VariableMetadata
 from ._variable_metadata import with_metadata as with_metadata
 from ._variables import A as A
@@ -248,4 +255,11 @@ __all__ = [
     "with_partitioning",
     "with_rngs",
     "WithTag",
+    "MergeContext",
+    "SplitContext",
+    "UpdateContext",
+    "current_update_context",
+    "merge_context",
+    "split_context",
+    "update_context",
 ]
