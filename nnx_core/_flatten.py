@@ -94,6 +94,13 @@ class GraphDef:
         root = self.spec[1].__name__ if self.spec[0] == "node" else self.spec[0]
         return f"GraphDef({root}, leaves={len(self.paths)})"
 
+    def apply(self, state: Any, /, *states: Any) -> Any:
+        """An :class:`ApplyCaller` over this GraphDef and the states (as flax.nnx's
+        ``GraphDef.apply``): ``graphdef.apply(state)(x)`` returns ``(y, (graphdef, state))``."""
+        from ._train_state import ApplyCaller  # noqa: PLC0415 (it builds on split / merge)
+
+        return ApplyCaller(self, (state, *states))
+
     @property
     def paths(self) -> tuple[Path, ...]:
         """The path of every leaf, in leaf order (derived from the spec on first use)."""
