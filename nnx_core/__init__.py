@@ -4,6 +4,7 @@ from . import filterlib as filterlib
 from . import graph as graph
 from . import metrics as metrics
 from . import statelib as statelib
+from . import traversals as traversals
 from ._api import clone as clone
 from ._api import graphdef as graphdef
 from ._api import iter_graph as iter_graph
@@ -227,6 +228,7 @@ __all__ = [
     "state",
     "StateAxes",
     "statelib",
+    "traversals",
     "StateSharding",
     "static",
     "Static",
