@@ -22,6 +22,7 @@ from ._data_attrs import has_data as has_data
 from ._data_attrs import is_data as is_data
 from ._data_attrs import static as static
 from ._dict import Dict as Dict
+from ._ema import EMA as EMA
 from ._filters import All as All
 from ._filters import Any_ as Any
 from ._filters import Everything as Everything
@@ -264,4 +265,5 @@ __all__ = [
     "merge_context",
     "split_context",
     "update_context",
+    "EMA",
 ]
