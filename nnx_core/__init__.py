@@ -42,6 +42,7 @@ from ._graph_tools import recursive_map as recursive_map
 from ._graph_tools import set_metadata as set_metadata
 from ._graph_tools import variables as variables
 from ._kinds import set_variable_kind_resolver as set_variable_kind_resolver
+from ._list import List as List
 from ._logical import logical_axis_rules as logical_axis_rules
 from ._logical import with_logical_constraint as with_logical_constraint
 from ._logical import with_partitioning as with_partitioning
@@ -49,7 +50,6 @@ from ._module import M as M
 from ._module import Module as Module
 from ._optimizer import Optimizer as Optimizer
 from ._optimizer import OptState as OptState
-from ._pytree import List as List
 from ._pytree import Object as Object
 from ._pytree import PathKey as PathKey
 from ._pytree import Pytree as Pytree

@@ -34,10 +34,6 @@ from ._tracing import TraceContextError, current_trace
 from ._values import _describe
 from ._variables import Variable, has_tracer
 
-# flax.nnx wraps lists of layers (nnx.List); here plain lists are already traversed, so the name
-# is the plain type, for code written for flax.nnx (nnx.Dict, read by attribute, is in _dict).
-List = list
-
 _MISSING = object()
 _UNEXPECTED = "Found unexpected data on value of type"
 HIDDEN = frozenset({TRACE_ATTR, PLAN_ATTR})  # bookkeeping in __dict__, not attributes
