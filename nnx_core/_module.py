@@ -225,17 +225,25 @@ def _wrong_holder(where: str, module: Module, name: str, current: Any, kind: typ
 def _kind_counts(node: Module) -> dict[str, list[int]]:
     """Elements and bytes per Variable kind under ``node`` (Rng keys and counts together as
     RngState), for the first line of its repr (as flax.nnx's)."""
-    from ._rngs import RngState  # noqa: PLC0415 (Rngs are Modules: _rngs imports this file)
-
     counts: dict[str, list[int]] = {}
     for _, x in iter_nodes(node):
         if isinstance(x, Variable):
-            kind = "RngState" if isinstance(x, RngState) else _kind_name(type(x))
+            kind = _kind_group(type(x))
             value = x.get_value()
             row = counts.setdefault(kind, [0, 0])
             row[0] += int(getattr(value, "size", 0))
             row[1] += int(getattr(value, "nbytes", 0))
     return counts
+
+
+def _kind_group(cls: type[Variable]) -> str:
+    """The kind name, with the kinds of an Rng stream's state (keys, counts) as RngState."""
+    for base in cls.__mro__:
+        if base is Variable:
+            break
+        if _kind_name(base) == "RngState":
+            return "RngState"
+    return _kind_name(cls)
 
 
 def _kind_name(cls: type[Variable]) -> str:
