@@ -4,6 +4,7 @@ from . import filterlib as filterlib
 from . import graph as graph
 from . import metrics as metrics
 from . import statelib as statelib
+from . import traversals as traversals
 from ._api import clone as clone
 from ._api import graphdef as graphdef
 from ._api import iter_graph as iter_graph
@@ -21,6 +22,7 @@ from ._data_attrs import has_data as has_data
 from ._data_attrs import is_data as is_data
 from ._data_attrs import static as static
 from ._dict import Dict as Dict
+from ._ema import EMA as EMA
 from ._filters import All as All
 from ._filters import Any_ as Any
 from ._filters import Everything as Everything
@@ -40,6 +42,7 @@ from ._graph_tools import recursive_map as recursive_map
 from ._graph_tools import set_metadata as set_metadata
 from ._graph_tools import variables as variables
 from ._kinds import set_variable_kind_resolver as set_variable_kind_resolver
+from ._list import List as List
 from ._logical import logical_axis_rules as logical_axis_rules
 from ._logical import with_logical_constraint as with_logical_constraint
 from ._logical import with_partitioning as with_partitioning
@@ -47,7 +50,6 @@ from ._module import M as M
 from ._module import Module as Module
 from ._optimizer import Optimizer as Optimizer
 from ._optimizer import OptState as OptState
-from ._pytree import List as List
 from ._pytree import Object as Object
 from ._pytree import PathKey as PathKey
 from ._pytree import Pytree as Pytree
@@ -105,6 +107,13 @@ from ._transforms._partial import cached_partial as cached_partial
 from ._transforms._partial import jit_partial as jit_partial
 from ._transforms._scan import scan as scan
 from ._transforms._shard_map import shard_map as shard_map
+from ._update_context import MergeContext as MergeContext
+from ._update_context import SplitContext as SplitContext
+from ._update_context import UpdateContext as UpdateContext
+from ._update_context import current_update_context as current_update_context
+from ._update_context import merge_context as merge_context
+from ._update_context import split_context as split_context
+from ._update_context import update_context as update_context
 from ._variable_metadata import VariableMetadata as VariableMetadata
 from ._variable_metadata import with_metadata as with_metadata
 from ._variables import A as A
@@ -220,6 +229,7 @@ __all__ = [
     "state",
     "StateAxes",
     "statelib",
+    "traversals",
     "StateSharding",
     "static",
     "Static",
@@ -248,4 +258,12 @@ __all__ = [
     "with_partitioning",
     "with_rngs",
     "WithTag",
+    "MergeContext",
+    "SplitContext",
+    "UpdateContext",
+    "current_update_context",
+    "merge_context",
+    "split_context",
+    "update_context",
+    "EMA",
 ]

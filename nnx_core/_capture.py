@@ -30,6 +30,8 @@ def capture(
 ) -> Callable[..., Any]:
     """Wrap ``fn`` (a Module, or a method of one) to return ``(output, captured)``, where
     ``captured`` is a State of the Variables of ``var_types`` it sowed (taken off the Module).
+    With several kinds it returns ``(output, *states)``, one State per kind; with none (only
+    ``init=``) the output alone, as flax.nnx's.
 
     Given Variable kinds first (``capture(nnx.Intermediate)``), it is a decorator.
 
@@ -73,10 +75,11 @@ def capture(
             f"{type(fn).__name__}. Pass e.g. nnx.capture(model, nnx.Intermediate)."
         )
     bound = fn if isinstance(fn, Module) else getattr(fn, "__self__", None)
-    kinds = var_types + ((method_outputs,) if method_outputs is not None else ())
+    extra = (method_outputs,) if method_outputs is not None else ()
+    kinds = tuple(dict.fromkeys(var_types + extra))  # in order, each once
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> tuple[Any, State]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         owner = bound if isinstance(bound, Module) else _first_module((args, kwargs), fn)
         placed = _put(owner, init) if init is not None else []
         try:
@@ -85,8 +88,12 @@ def capture(
         finally:
             for node, impl, key, old in reversed(placed):
                 _restore(node, impl, key, old)
-        captured = pop(owner, kinds) if kinds else State({})
-        return out, captured
+        if not kinds:  # nothing to capture (init= only): the output alone, as flax.nnx
+            return out
+        captured = pop(owner, kinds)
+        if len(kinds) == 1:
+            return out, captured
+        return (out, *captured.split(*kinds[:-1], ...))  # one State per kind, in order
 
     return wrapper
 

@@ -40,6 +40,13 @@ Data = Annotated[A, _DataMark]
 Static = Annotated[A, _StaticMark]
 
 
+class ListMarks(typing.NamedTuple):
+    """The marked items of an ``nnx.List`` (its GraphDef aux): indices marked data, static."""
+
+    data: frozenset[int]
+    static: frozenset[int]
+
+
 class Marked:
     """A value with a mark, to be assigned to an attribute (which takes the mark)."""
 
@@ -158,7 +165,7 @@ def data_names(t: type, d: dict[str, Any]) -> frozenset[str] | None:
 
 
 def mark_kinds(
-    keys: tuple[Any, ...], kinds: tuple[int, ...], names: frozenset[str]
+    keys: tuple[Any, ...], kinds: tuple[int, ...], names: frozenset[Any]
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``kinds`` with the static children named in ``names`` made leaves (like arrays)."""
     new = tuple(ARRAY if k == STATIC and key in names else k for key, k in zip(keys, kinds))

@@ -19,11 +19,11 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Sequence
 from types import GenericAlias
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 
-from ._data_attrs import CLASS_MARKS, MARKS_ATTR, data_names, mark_kinds
+from ._data_attrs import CLASS_MARKS, MARKS_ATTR, ListMarks, data_names, mark_kinds
 from ._nodes import (
     _IMPLS,
     ARRAY,
@@ -93,6 +93,10 @@ class GraphDef:
     def __repr__(self) -> str:
         root = self.spec[1].__name__ if self.spec[0] == "node" else self.spec[0]
         return f"GraphDef({root}, leaves={len(self.paths)})"
+
+    # graphdef.apply(state, *states): an ApplyCaller (flax.nnx's GraphDef.apply), attached by
+    # _train_state, which builds on split / merge (this module is below them)
+    apply: ClassVar[Callable[..., Any]]
 
     @property
     def paths(self) -> tuple[Path, ...]:
@@ -294,6 +298,8 @@ class Flattener:
             marked = data_names(t, d)
             if marked:
                 kinds, dynamic = mark_kinds(keys, kinds, marked)
+        elif type(aux) is ListMarks and aux.data:  # an nnx.List with items marked nnx.data
+            kinds, dynamic = mark_kinds(keys, kinds, aux.data)
         if not dynamic:
             return ("node", t, aux, i, keys, values)
         specs = list(values)

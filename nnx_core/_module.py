@@ -165,6 +165,18 @@ class Module(Pytree):
                 yield name, value
 
     # -- display -----------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        text = super().__repr__()
+        counts = _kind_counts(self)
+        if not counts:
+            return text
+        total = [sum(c[i] for c in counts.values()) for i in range(2)]
+        parts = [f"{k}: {n:,} ({_bytes(b)})" for k, (n, b) in counts.items()]
+        if len(parts) > 1:
+            parts.append(f"Total: {total[0]:,} ({_bytes(total[1])})")
+        head, sep, rest = text.partition("\n")
+        return f"{head} # {', '.join(parts)}{sep}{rest}"
+
     def summary(self, *filters: Filter) -> str:
         """A table of Variable counts, element counts and bytes per Variable kind."""
         pred = to_predicate(filters if filters else ...)
@@ -208,6 +220,30 @@ def _wrong_holder(where: str, module: Module, name: str, current: Any, kind: typ
         f"{where}: expected attribute {name!r} of {type(module).__name__} {expected}, got "
         f"{type(current).__name__}. Use another name for the {kind.__name__} values."
     )
+
+
+def _kind_counts(node: Module) -> dict[str, list[int]]:
+    """Elements and bytes per Variable kind under ``node`` (Rng keys and counts together as
+    RngState), for the first line of its repr (as flax.nnx's)."""
+    counts: dict[str, list[int]] = {}
+    for _, x in iter_nodes(node):
+        if isinstance(x, Variable):
+            kind = _kind_group(type(x))
+            value = x.get_value()
+            row = counts.setdefault(kind, [0, 0])
+            row[0] += int(getattr(value, "size", 0))
+            row[1] += int(getattr(value, "nbytes", 0))
+    return counts
+
+
+def _kind_group(cls: type[Variable]) -> str:
+    """The kind name, with the kinds of an Rng stream's state (keys, counts) as RngState."""
+    for base in cls.__mro__:
+        if base is Variable:
+            break
+        if _kind_name(base) == "RngState":
+            return "RngState"
+    return _kind_name(cls)
 
 
 def _kind_name(cls: type[Variable]) -> str:

@@ -13,6 +13,7 @@ from ._api import state, update
 from ._filters import Filter
 from ._module import Module
 from ._state import State, format_path
+from ._state_functions import from_flat_state
 from ._variables import Param, Variable
 
 
@@ -58,14 +59,21 @@ class Optimizer(Module):
     def update(self, model: Module, grads: State, /, **kwargs: Any) -> None:
         """Apply one step: ``params <- params + tx.update(grads, opt_state, params)``.
 
+        Gradients of more than the ``wrt`` state (e.g. of every Param while the optimizer
+        trains only the ``LoRAParam`` ones) are narrowed to the ``wrt`` paths, as in flax.nnx.
+
         Raises:
-            ValueError: ``grads`` does not have the paths of ``nnx.state(model, wrt)``.
+            ValueError: ``grads`` lacks a path of ``nnx.state(model, wrt)``.
         """
         params = state(model, self.wrt)
         if not isinstance(grads, State):
             grads = State(grads)
-        got = {p for p, _ in grads.flat_state()}
+        flat = grads.flat_state()
+        got = {p for p, _ in flat}
         want = {p for p, _ in params.flat_state()}
+        if got > want:  # more than the optimizer trains: keep the wrt paths
+            grads = from_flat_state([(p, g) for p, g in flat if p in want])
+            got = want
         if got != want:
             missing = sorted(map(format_path, want - got))[:5]
             extra = sorted(map(format_path, got - want))[:5]

@@ -34,10 +34,6 @@ from ._tracing import TraceContextError, current_trace
 from ._values import _describe
 from ._variables import Variable, has_tracer
 
-# flax.nnx wraps lists of layers (nnx.List); here plain lists are already traversed, so the name
-# is the plain type, for code written for flax.nnx (nnx.Dict, read by attribute, is in _dict).
-List = list
-
 _MISSING = object()
 _UNEXPECTED = "Found unexpected data on value of type"
 HIDDEN = frozenset({TRACE_ATTR, PLAN_ATTR})  # bookkeeping in __dict__, not attributes
@@ -85,6 +81,9 @@ class Pytree:
             if marks is not None:
                 bump_epoch()
                 object.__setattr__(self, MARKS_ATTR, marks)
+        elif MARKS_ATTR in d and dict(d[MARKS_ATTR]).get(name) is False:
+            where = f"{type(self).__name__}.{name} (marked nnx.static)"
+            check_static(value, where, "Found data on value of type")
         elif CLASS_MARKS and CLASS_MARKS.get(type(self), {}).get(name) is False:
             if name not in dict(d.get(MARKS_ATTR, ())):
                 check_static(value, f"{type(self).__name__}.{name} (a static field)", _UNEXPECTED)

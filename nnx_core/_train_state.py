@@ -67,6 +67,15 @@ def _same(x: Any) -> Any:
     return x
 
 
+def _graphdef_apply(self: GraphDef, state: Any, /, *states: Any) -> ApplyCaller:
+    """``graphdef.apply(state, *states)``: an :class:`ApplyCaller` over them (as flax.nnx's
+    ``GraphDef.apply``); ``graphdef.apply(state)(x)`` returns ``(y, (graphdef, new_state))``."""
+    return ApplyCaller(self, (state, *states))
+
+
+GraphDef.apply = _graphdef_apply
+
+
 def _register(cls: type) -> None:
     dataclasses.dataclass(frozen=True)(cls)
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]

@@ -125,7 +125,8 @@ class Average(Metric):
             if mask is not None:
                 raise ValueError(
                     f"{type(self).__name__}.update got a mask with the Python scalar "
-                    f"{self.argname}={values!r}; pass the values as an array to mask them."
+                    f"{self.argname}={values!r}: with a mask, {self.argname} should be a jax "
+                    "array; pass the values as an array to mask them."
                 )
             total, count = values, jnp.array(1)
         elif mask is None:
@@ -259,13 +260,13 @@ class Accuracy(Average):
         binary = self.threshold is not None
         if binary and logits.ndim != labels.ndim:
             raise ValueError(
-                f"Accuracy(threshold={self.threshold}) is binary: logits and labels need the "
-                f"same rank, got logits {logits.shape} and labels {labels.shape}."
+                f"Accuracy(threshold={self.threshold}) is binary: For binary classification, "
+                f"logits and labels need the same rank, got logits {logits.shape} and labels {labels.shape}."
             )
         if not binary and logits.ndim != labels.ndim + 1:
             raise ValueError(
-                f"Accuracy (multi-class) needs logits with one more axis than labels (the "
-                f"classes), got logits {logits.shape} and labels {labels.shape}. For binary "
+                f"Accuracy (multi-class) needs logits with one more axis than labels (For "
+                f"multi-class classification, the last axis holds the classes), got logits {logits.shape} and labels {labels.shape}. For binary "
                 "predictions build Accuracy(threshold=0.5)."
             )
         if not jnp.issubdtype(labels.dtype, jnp.integer):

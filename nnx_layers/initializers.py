@@ -104,13 +104,19 @@ def _shape(shape: Sequence[int] | int) -> tuple[int, ...]:
     return (int(shape),) if isinstance(shape, int) else tuple(int(d) for d in shape)
 
 
-def _flat(sample: Callable[[tuple[int, ...]], jax.Array], shape: tuple[int, ...]) -> jax.Array:
-    """Draw ``sample((size,))`` and reshape: the same values as ``sample(shape)``.
+def _flat(
+    sample: Callable[[tuple[int, ...], Any], jax.Array], shape: tuple[int, ...], out_sharding: Any
+) -> jax.Array:
+    """Draw ``sample((size,), None)`` and reshape: the same values as ``sample(shape, None)``.
 
     JAX's counter-based generators number the entries in row-major order, so drawing flat
-    gives identical values, while compiling far faster on CPU for high-rank shapes.
+    gives identical values, while compiling far faster on CPU for high-rank shapes. With an
+    ``out_sharding`` (explicit sharding, as jax's and flax.nnx's initializers take it) the
+    draw is made in its shape, sharded so.
     """
-    return sample((math.prod(shape),)).reshape(shape)
+    if out_sharding is not None:
+        return sample(shape, out_sharding)
+    return sample((math.prod(shape),), None).reshape(shape)
 
 
 class _Base:
@@ -136,8 +142,15 @@ class Zeros(_Base):
 
     name: ClassVar[str] = "zeros"
 
-    def __call__(self, key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
-        return jnp.zeros(_shape(shape), _canonical_dtype(dtype))
+    def __call__(
+        self,
+        key: jax.Array,
+        shape: Sequence[int],
+        dtype: Any = jnp.float32,
+        *,
+        out_sharding: Any = None,
+    ) -> jax.Array:
+        return jnp.zeros(_shape(shape), _canonical_dtype(dtype), out_sharding=out_sharding)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,8 +166,15 @@ class Ones(_Base):
 
     name: ClassVar[str] = "ones"
 
-    def __call__(self, key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
-        return jnp.ones(_shape(shape), _canonical_dtype(dtype))
+    def __call__(
+        self,
+        key: jax.Array,
+        shape: Sequence[int],
+        dtype: Any = jnp.float32,
+        *,
+        out_sharding: Any = None,
+    ) -> jax.Array:
+        return jnp.ones(_shape(shape), _canonical_dtype(dtype), out_sharding=out_sharding)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,8 +191,17 @@ class Constant(_Base):
     name: ClassVar[str] = "constant"
     value: float = 0.0
 
-    def __call__(self, key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
-        return jnp.full(_shape(shape), self.value, _canonical_dtype(dtype))
+    def __call__(
+        self,
+        key: jax.Array,
+        shape: Sequence[int],
+        dtype: Any = jnp.float32,
+        *,
+        out_sharding: Any = None,
+    ) -> jax.Array:
+        return jnp.full(
+            _shape(shape), self.value, _canonical_dtype(dtype), out_sharding=out_sharding
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,9 +218,20 @@ class Normal(_Base):
     name: ClassVar[str] = "normal"
     stddev: float = 1e-2
 
-    def __call__(self, key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
+    def __call__(
+        self,
+        key: jax.Array,
+        shape: Sequence[int],
+        dtype: Any = jnp.float32,
+        *,
+        out_sharding: Any = None,
+    ) -> jax.Array:
         dtype = _canonical_dtype(dtype)
-        values = _flat(lambda flat: jax.random.normal(key, flat, dtype), _shape(shape))
+        values = _flat(
+            lambda s, sh: jax.random.normal(key, s, dtype, out_sharding=sh),
+            _shape(shape),
+            out_sharding,
+        )
         return values * jnp.asarray(self.stddev, dtype)
 
 
@@ -210,9 +250,20 @@ class Uniform(_Base):
     name: ClassVar[str] = "uniform"
     scale: float = 1e-2
 
-    def __call__(self, key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
+    def __call__(
+        self,
+        key: jax.Array,
+        shape: Sequence[int],
+        dtype: Any = jnp.float32,
+        *,
+        out_sharding: Any = None,
+    ) -> jax.Array:
         dtype = _canonical_dtype(dtype)
-        values = _flat(lambda flat: jax.random.uniform(key, flat, dtype), _shape(shape))
+        values = _flat(
+            lambda s, sh: jax.random.uniform(key, s, dtype, out_sharding=sh),
+            _shape(shape),
+            out_sharding,
+        )
         return values * jnp.asarray(self.scale, dtype)
 
 
@@ -233,11 +284,21 @@ class TruncatedNormal(_Base):
     lower: float = -2.0
     upper: float = 2.0
 
-    def __call__(self, key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
+    def __call__(
+        self,
+        key: jax.Array,
+        shape: Sequence[int],
+        dtype: Any = jnp.float32,
+        *,
+        out_sharding: Any = None,
+    ) -> jax.Array:
         dtype = _canonical_dtype(dtype)
         z = _flat(
-            lambda flat: jax.random.truncated_normal(key, self.lower, self.upper, flat, dtype),
+            lambda s, sh: jax.random.truncated_normal(
+                key, self.lower, self.upper, s, dtype, out_sharding=sh
+            ),
             _shape(shape),
+            out_sharding,
         )
         return z * jnp.asarray(self.stddev, dtype)
 
@@ -317,18 +378,35 @@ class VarianceScaling(_Base):
         }[self.mode]
         return self.scale / denominator
 
-    def __call__(self, key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
+    def __call__(
+        self,
+        key: jax.Array,
+        shape: Sequence[int],
+        dtype: Any = jnp.float32,
+        *,
+        out_sharding: Any = None,
+    ) -> jax.Array:
         shape = _shape(shape)
         dtype = _canonical_dtype(dtype)
         variance = jnp.array(self._variance(shape), dtype=dtype)
         if self.distribution == "truncated_normal":
             stddev = jnp.sqrt(variance) / jnp.array(_TRUNCATED_STDDEV, dtype)
-            z = _flat(lambda flat: jax.random.truncated_normal(key, -2, 2, flat, dtype), shape)
+            z = _flat(
+                lambda s, sh: jax.random.truncated_normal(key, -2, 2, s, dtype, out_sharding=sh),
+                shape,
+                out_sharding,
+            )
             return z * stddev
         if self.distribution == "normal":
-            z = _flat(lambda flat: jax.random.normal(key, flat, dtype), shape)
+            z = _flat(
+                lambda s, sh: jax.random.normal(key, s, dtype, out_sharding=sh), shape, out_sharding
+            )
             return z * jnp.sqrt(variance)
-        z = _flat(lambda flat: jax.random.uniform(key, flat, dtype, -1), shape)
+        z = _flat(
+            lambda s, sh: jax.random.uniform(key, s, dtype, -1, out_sharding=sh),
+            shape,
+            out_sharding,
+        )
         return z * jnp.sqrt(3 * variance)
 
 
@@ -351,7 +429,14 @@ class Orthogonal(_Base):
     scale: float = 1.0
     column_axis: int = -1
 
-    def __call__(self, key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
+    def __call__(
+        self,
+        key: jax.Array,
+        shape: Sequence[int],
+        dtype: Any = jnp.float32,
+        *,
+        out_sharding: Any = None,
+    ) -> jax.Array:
         shape = _shape(shape)
         dtype = _canonical_dtype(dtype)
         if len(shape) < 2:
@@ -372,7 +457,8 @@ class Orthogonal(_Base):
         other = tuple(np.delete(np.array(shape), self.column_axis))
         q = jnp.reshape(q, other + (n_cols,))
         q = jnp.moveaxis(q, -1, self.column_axis)
-        return (jnp.asarray(self.scale, compute) * q).astype(dtype)
+        out = (jnp.asarray(self.scale, compute) * q).astype(dtype)
+        return out if out_sharding is None else jax.sharding.reshard(out, out_sharding)
 
 
 #: Initialize with zeros (an initializer, not a factory): ``bias_init=zeros``.

@@ -86,6 +86,7 @@ class MappedCall:
                 self.others.append(x)
                 self.other_specs.append(spec)
         self.plan = Plan(tuple(self.roots))
+        self.root_specs = root_specs  # for Variables a function adds to a Module argument
         for r, spec in enumerate(root_specs):
             if not isinstance(spec, PerFilter):
                 check(spec, f"the {what} entry for {self.where_root(r)}")
@@ -223,10 +224,15 @@ class MapBody:
     ):
         self.name, self.f, self.out_specs = name, f, out_specs
         self.axis_name, self.by_index = axis_name, tuple(call.by_index)
-        self.graphdef = call.plan.graphdef
+        self.graphdef, self.in_bounds = call.plan.graphdef, call.plan.bounds
         self.treedef, self.positions = call.treedef, tuple(call.positions)
         self.state_specs = list(call.state_specs)
+        self.root_specs = tuple(call.root_specs)
+        self.in_to_out: dict[int, int] | None = None  # input -> output state index, if moved
+        self.unmapped_new: list[str] = []  # paths of Variables added with axis None
         groups: dict[Any, None] = dict.fromkeys(self.state_specs)
+        for spec in self.root_specs:  # Variables added to a Module argument take its axis
+            groups.update(dict.fromkeys(spec.specs if isinstance(spec, PerFilter) else [spec]))
         for leaf in jax.tree_util.tree_leaves(out_specs, is_leaf=is_spec_leaf):
             groups.update(dict.fromkeys(leaf.specs if isinstance(leaf, PerFilter) else [leaf]))
         self.groups = tuple(groups)
@@ -248,14 +254,17 @@ class MapBody:
         )
         for i in self.by_index:  # the keys go out as they came in (and are restored outside)
             out_values[i] = whole[i]
-        if not info.same and _roots_changed(info, self.graphdef.spec):
-            raise ValueError(
-                f"{self.name}: the function changed the structure of a Module argument (added "
-                "or removed attributes or Variables). Inside vmap/pmap/shard_map/scan only "
-                "values may change; create new state outside, or return new Modules instead."
-            )
         out_leaf_specs = leaf_specs(f"{self.name}: out_axes", self.out_specs, out)
-        layout = list(self.state_specs)
+        if not info.same and _roots_changed(info, self.graphdef.spec):
+            if self.by_index:
+                raise ValueError(
+                    f"{self.name}: the function changed the structure of a Module argument "
+                    "(added or removed attributes or Variables) while Rng keys are indexed "
+                    "per device; create new state outside, or return new Modules instead."
+                )
+            layout = self._moved_state_specs(info, box[0])
+        else:
+            layout = list(self.state_specs)
         if not info.same:
             layout += self._new_state_specs(info, box[0], out_leaf_specs)
         layout += [s for pos, s in enumerate(out_leaf_specs) if pos not in set(info.out_positions)]
@@ -265,13 +274,43 @@ class MapBody:
                 "inputs of different shapes; keep outputs independent of shapes."
             )
         self.info, self.layout, self.n_state = info, tuple(layout), len(out_values)
+        moved = self.in_to_out
         self.unmapped_changed = [
             i
-            for i, (v, s) in enumerate(zip(out_values, self.state_specs))
-            if s is None and v is not values[i]
+            for i, s in enumerate(self.state_specs)
+            if s is None
+            and (j := i if moved is None else moved.get(i)) is not None
+            and out_values[j] is not values[i]
         ]
         flat = [*out_values, *out_others]
         return tuple([v for v, s in zip(flat, layout) if s == g] for g in self.groups)
+
+    def _moved_state_specs(self, info: OutInfo, plan: Plan) -> list[Any]:
+        """Specs of the state of Module arguments whose structure the function changed (a
+        vmapped ``__init__`` fills an empty Module): a Variable still at its path keeps its
+        axis, a new one takes its argument's in_axes entry (as flax.nnx's)."""
+        in_paths, out_paths = self.graphdef.paths, plan.graphdef.paths
+        at = {(r, in_paths[i]): i for r, (a, b) in enumerate(self.in_bounds) for i in range(a, b)}
+        specs: list[Any] = []
+        self.in_to_out, self.unmapped_new = {}, []
+        leaves = plan.current_leaves()
+        for r, (a, b) in enumerate(plan.bounds[: info.n_roots]):
+            root_spec = self.root_specs[r]
+            for j in range(a, b):
+                i = at.get((r, out_paths[j]))
+                if i is not None:
+                    self.in_to_out[i] = j
+                    specs.append(self.state_specs[i])
+                else:
+                    spec = (
+                        root_spec.spec_for(out_paths[j], leaves[j], f"{self.name}: in_axes")
+                        if isinstance(root_spec, PerFilter)
+                        else root_spec
+                    )
+                    if spec is None:
+                        self.unmapped_new.append(f"{format_path(out_paths[j])} (added)")
+                    specs.append(spec)
+        return specs
 
     def _new_state_specs(self, info: OutInfo, plan: Plan, out_leaf_specs: list[Any]) -> list[Any]:
         """Specs of the Variables of Modules created by the function, from out_axes."""
@@ -299,8 +338,11 @@ class MapBody:
         iters = {g: iter(vals) for g, vals in zip(self.groups, grouped)}
         flat = [next(iters[s]) for s in self.layout]
         values, out_others = flat[: self.n_state], flat[self.n_state :]
+        moved = self.in_to_out
         for i, original in restore:
-            values[i] = original
+            j = i if moved is None else moved.get(i)
+            if j is not None:
+                values[j] = original
         info = self.info
         if info.same:
             info = OutInfo(

@@ -38,7 +38,9 @@ def _run_mapped(jax_map: Callable[..., Any], body: MapBody, call: MappedCall) ->
     except ValueError as e:
         if "but output was batched" not in str(e):
             raise
-        changed = ", ".join(map(call.where_state, body.unmapped_changed)) or "none"
+        changed = (
+            ", ".join([*map(call.where_state, body.unmapped_changed), *body.unmapped_new]) or "none"
+        )
         raise ValueError(
             f"{body.name}: an output with axis None differs per example. Unmapped Module state "
             f"set by the function: {changed}. Map that state (e.g. StateAxes({{BatchStat: 0, "
@@ -64,8 +66,9 @@ def vmap(
     per Variable filter. Keyword arguments are mapped over axis 0. State changes are written
     back with the axes they came in with. A Module the function creates (e.g. a stack of layers
     built from a batch of keys or a split ``Rngs``) has its Variables stacked along
-    ``out_axes`` (a StateAxes there gives per-filter axes). Rng streams of unmapped Modules
-    give each example its own key.
+    ``out_axes`` (a StateAxes there gives per-filter axes); a Variable the function adds to a
+    Module argument (a vmapped ``__init__``) takes that argument's ``in_axes`` entry. Rng
+    streams of unmapped Modules give each example its own key.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -85,8 +88,8 @@ def vmap(
     Raises:
         ValueError: ``in_axes``/``out_axes`` do not match the arguments/outputs, an axis is not
             an int or None, a mapped value lacks the axis, the sizes differ, nothing is
-            mapped without ``axis_size``, unmapped state was set per example, or the function
-            changed the structure of a Module argument.
+            mapped without ``axis_size``, or unmapped state (also state added to a Module
+            given axis None) was set per example.
     """
     if f is None:
         return functools.partial(

@@ -93,3 +93,20 @@ def test_capture_as_a_decorator_and_errors():
     with pytest.raises(KeyError, match=r"capture: init has sub.dx, but Foo has no sub"):
         nnx.capture(model, nnx.Intermediate, init={"sub": {"dx": nnx.Perturbation(0.0)}})(1.0)
     assert jax.tree.leaves(nnx.state(model)) == []
+
+
+def test_what_capture_returns_for_no_one_or_several_kinds_as_flax():
+    shapes = []
+    for lib in (fnnx, nnx):
+        model = foo_class(lib)()
+        _, perturbations = lib.capture(model, lib.Perturbation)(2.0)
+
+        def loss(model, perturbations, lib=lib):
+            return lib.capture(lambda m: m(2.0), init=perturbations)(model)
+
+        value, (_, grads) = lib.value_and_grad(loss, argnums=(0, 1))(model, perturbations)
+        out, perts, sown = lib.capture(model, lib.Perturbation, lib.Intermediate)(1.0)
+        shapes.append(
+            (float(value), float(grads["dx"][...]), sorted(perts), sorted(sown), float(out))
+        )
+    assert shapes[0] == shapes[1] == (6.0, 3.0, ["dx"], ["y"], 3.0)

@@ -88,3 +88,31 @@ def test_is_data_and_has_data():
     assert nnx.is_data(jnp.ones(1)) and nnx.is_data(nnx.Param(1)) and nnx.is_data(nnx.Rngs(0))
     assert not nnx.is_data(1) and not nnx.is_data("a")
     assert len(nnx.has_data({"x": [jnp.ones(1), 2]})) == 1 and nnx.has_data((1, "a")) == []
+
+
+def test_an_attribute_marked_static_refuses_data_until_marked_again():
+    class Foo(nnx.Pytree):
+        def __init__(self):
+            self.a = nnx.static(3)
+
+    foo = Foo()
+    foo.a = ("hi", 4)  # plain values stay allowed
+    with pytest.raises(
+        ValueError,
+        match=r"Foo.a \(marked nnx.static\): Found data on value of type list \(\w+\)",
+    ):
+        foo.a = ["hi", jnp.array(6)]
+    assert foo.a == ("hi", 4)  # nothing half-written
+    foo.a = nnx.data(jnp.array(6))  # a new mark takes the data
+    assert len(jax.tree.leaves(foo)) == 1
+
+
+def test_static_mark_refusal_matches_flax():
+    for lib in (fnnx, nnx):
+
+        class Foo(lib.Pytree):
+            def __init__(self, lib=lib):
+                self.a = lib.static(3)
+
+        with pytest.raises(ValueError, match="Found data on value of type"):
+            Foo().a = ["hi", jnp.array(6)]

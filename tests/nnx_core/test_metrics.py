@@ -214,3 +214,26 @@ class Incomplete(metrics.Metric):
 def test_errors(action, error, match):
     with pytest.raises(error, match=match):
         action()
+
+
+@pytest.mark.parametrize(
+    "make, update, phrase",
+    [
+        (lambda m: m.Average(), {"values": 2, "mask": jnp.ones(1)}, "should be a jax array"),
+        (
+            lambda m: m.Accuracy(threshold=0.5),
+            {"logits": jnp.ones(4), "labels": jnp.ones((2, 2), jnp.int32)},
+            "For binary classification",
+        ),
+        (
+            lambda m: m.Accuracy(),
+            {"logits": jnp.ones((2, 2, 2)), "labels": jnp.ones(4, jnp.int32)},
+            "For multi-class classification",
+        ),
+    ],
+)
+def test_errors_contain_flax_phrases(make, update, phrase):
+    # code written for flax.nnx matches these phrases: flax raises them, and so do we
+    for module in (_flax_metrics(), metrics):
+        with pytest.raises(ValueError, match=phrase):
+            make(module).update(**update)

@@ -235,7 +235,7 @@ def test_iter_children_yields_direct_submodule_attributes():
 def test_repr_is_nested_and_readable():
     assert (
         repr(Net())
-        == """Net(
+        == """Net( # BatchStat: 4 (16 B), Param: 6 (24 B), Total: 10 (40 B)
   blocks=[
     Dropoutish(
       deterministic=False,
@@ -266,7 +266,7 @@ def test_repr_is_nested_and_readable():
 def test_repr_of_cycles_and_shared_modules_is_finite():
     assert (
         repr(Cycle())
-        == """Cycle(
+        == """Cycle( # BatchStat: 1 (4 B), Param: 1 (4 B), Total: 2 (8 B)
   me=Cycle(...),
   parent=Parent(
     child=Child(
@@ -390,3 +390,31 @@ def test_perturb_refuses_an_attribute_of_another_kind():
 def test_modules_are_pytrees():
     assert isinstance(Leaf(1), nnx.Pytree)
     assert len(jax.tree_util.tree_leaves(Leaf(3))) == 1
+
+
+def test_repr_first_line_counts_elements_per_kind_as_flax():
+    import flax.nnx as fnnx
+
+    firsts = []
+    for lib in (fnnx, nnx):
+
+        class Block(lib.Module):
+            def __init__(self, lib=lib):
+                self.w = lib.Param(jnp.ones((2, 3)))
+                self.mean = lib.BatchStat(jnp.zeros(3))
+                self.rngs = lib.Rngs(0)
+
+        head, _, counts = repr(Block()).splitlines()[0].partition(" # ")
+        firsts.append((head, set(counts.split(", "))))  # flax lists kinds in attribute order
+    assert firsts[0] == firsts[1]
+    assert repr(Block()).splitlines()[0] == (
+        "Block( # BatchStat: 3 (12 B), RngState: 2 (12 B), Param: 6 (24 B), Total: 11 (48 B)"
+    )
+
+
+def test_repr_of_a_module_without_variables_has_no_counts():
+    class Empty(nnx.Module):
+        def __init__(self):
+            self.n = 3
+
+    assert repr(Empty()).splitlines()[0] == "Empty("

@@ -157,6 +157,28 @@ def test_optimizer_wrt_a_custom_kind_leaves_other_params_alone():
     assert m.w.value.tolist() == [1.0, 1.0] and m.a.value.tolist() == [0.0, 0.0]
 
 
+def test_optimizer_narrows_gradients_of_all_params_to_wrt_as_flax():
+    import flax.nnx as fnnx
+
+    results = []
+    for lib in (fnnx, nnx):
+
+        class Lora(lib.Param):
+            pass
+
+        class M(lib.Module):
+            def __init__(self, lib=lib, Lora=Lora):
+                self.w = lib.Param(jnp.ones(2))
+                self.a = Lora(jnp.full(2, 2.0))
+
+        m = M()
+        opt = lib.Optimizer(m, optax.sgd(1.0), wrt=Lora)
+        grads = lib.grad(lambda m: jnp.sum(m.w[...] * m.a[...]))(m)  # of every Param
+        opt.update(m, grads)
+        results.append((m.w[...].tolist(), m.a[...].tolist()))
+    assert results[0] == results[1] == ([1.0, 1.0], [1.0, 1.0])
+
+
 def test_optimizer_errors():
     model = Linear(3, 2, rngs=nnx.Rngs(0))
     with pytest.raises(TypeError, match="expects an optax GradientTransformation"):

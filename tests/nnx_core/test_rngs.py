@@ -187,7 +187,7 @@ def test_counts_advance_through_nnx_jit():
 def test_repr():
     assert (
         repr(nnx.Rngs(params=0))
-        == """Rngs(
+        == """Rngs( # RngState: 2 (12 B)
   params=RngStream(
     count=RngCount(uint32[]=0, tag='params'),
     key=RngKey(key<fry>[], tag='params'),

@@ -117,3 +117,27 @@ def test_an_apply_caller_has_no_special_attributes():
     caller = state.apply("params", "stats")
     with pytest.raises(AttributeError, match="__len__"):
         caller.__len__  # noqa: B018 - the lookup is the test
+
+
+def test_graphdef_apply_calls_a_rebuilt_model_as_flax():
+    import flax.nnx as fnnx
+
+    outs = []
+    for lib in (fnnx, nnx):
+
+        class Scale(lib.Module):
+            def __init__(self, lib=lib):
+                self.w = lib.Param(jnp.array([1.0, -2.0]))
+                self.calls = lib.BatchStat(jnp.array(0))
+
+            def __call__(self, x):
+                self.calls[...] = self.calls[...] + 1
+                return x * self.w[...]
+
+        graphdef, params, stats = lib.split(Scale(), lib.Param, ...)
+        y, (g2, new_state) = graphdef.apply(params, stats)(jnp.ones(2))
+        assert g2 == graphdef
+        if lib is nnx:  # here the call works on copies: the given states stay as they were
+            assert int(stats["calls"][...]) == 0
+        outs.append((y.tolist(), int(new_state["calls"][...])))
+    assert outs[0] == outs[1] == ([1.0, -2.0], 1)

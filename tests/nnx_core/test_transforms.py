@@ -332,13 +332,59 @@ def test_vmap_argument_errors(in_axes, match):
         nnx.vmap(lambda m, x: x, in_axes=in_axes)(Counter(), jnp.ones(3))
 
 
-def test_vmap_structure_change_is_an_error():
+def test_vmap_state_added_to_a_broadcast_module_per_example_is_an_error():
     def f(c, x):
         c.new = nnx.BatchStat(x)
         return x
 
-    with pytest.raises(ValueError, match="changed the structure"):
-        nnx.vmap(f, in_axes=(None, 0))(Counter(), jnp.ones(3))
+    c = Counter()
+    with pytest.raises(
+        ValueError, match=r"differs per example. Unmapped Module state set by the function: new"
+    ):
+        nnx.vmap(f, in_axes=(None, 0))(c, jnp.ones(3))
+    assert not hasattr(c, "new")  # nothing half-written
+
+
+def test_vmap_state_added_to_a_module_takes_its_axis():
+    def f(c, x):
+        c.new = nnx.BatchStat(x * 2)  # mapped along c's axis
+        c.n.value = c.n.value + 1
+        return x
+
+    c = Counter()
+    axes = nnx.StateAxes({nnx.BatchStat: 0, ...: None})
+    c.n.value = jnp.zeros(3, jnp.int32)
+    n = c.n
+    nnx.vmap(f, in_axes=(axes, 0))(c, jnp.arange(3.0))
+    assert c.n is n and c.n.value.tolist() == [1, 1, 1]
+    assert c.new.value.tolist() == [0.0, 2.0, 4.0]
+
+
+def _weight_stack(lib):
+    class WeightStack(lib.Module):
+        @lib.vmap
+        def __init__(self, seed):
+            self.kernel = lib.Param(jax.random.uniform(jax.random.key(seed), (2, 3)))
+            self.bias = lib.Param(jnp.zeros((3,)))
+
+        @lib.vmap(in_axes=0, out_axes=1)
+        def __call__(self, x):
+            assert self.kernel.ndim == 2 and x.ndim == 1  # one example at a time
+            return x @ self.kernel + self.bias
+
+    return WeightStack
+
+
+def test_vmap_over_init_builds_a_stack_as_flax():
+    import flax.nnx as fnnx
+
+    results = []
+    for lib in (fnnx, nnx):
+        weights = _weight_stack(lib)(jnp.arange(10))
+        y = weights(jax.random.normal(jax.random.key(1), (10, 2)))
+        results.append((weights.kernel.shape, np.asarray(y)))
+    assert results[0][0] == results[1][0] == (10, 2, 3)
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-6)
 
 
 def test_state_axes_without_a_matching_filter_is_an_error():

@@ -177,3 +177,41 @@ def test_initializer_is_the_protocol_every_initializer_satisfies():
         assert isinstance(init.get(name), init.Initializer), name
     assert isinstance(jax.nn.initializers.lecun_normal(), init.Initializer)
     assert not isinstance(3, init.Initializer)
+
+
+_EXPLICIT = """
+import json
+import jax, jax.numpy as jnp
+from jax.sharding import AxisType, PartitionSpec as P
+from nnx_layers import initializers
+
+mesh = jax.make_mesh((2, 2), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+key = jax.random.key(0)
+out = {}
+with jax.set_mesh(mesh):
+    for name, init in [
+        ("zeros", initializers.zeros), ("ones", initializers.ones),
+        ("constant", initializers.constant(0.5)), ("normal", initializers.normal()),
+        ("uniform", initializers.uniform()), ("truncated_normal", initializers.truncated_normal()),
+        ("lecun_normal", initializers.lecun_normal()), ("glorot_uniform", initializers.glorot_uniform()),
+        ("he_normal", initializers.he_normal()), ("orthogonal", initializers.orthogonal()),
+    ]:
+        sharded = init(key, (4, 6), out_sharding=P(None, "model"))
+        plain = init(key, (4, 6))
+        same = bool(jnp.allclose(sharded, plain, atol=1e-6))
+        out[name] = [list(sharded.sharding.spec), same]
+print(json.dumps(out))
+"""
+
+
+def test_out_sharding_places_the_values_and_keeps_them():
+    # as jax's and flax.nnx's initializers: init(key, shape, out_sharding=P(...)) under an
+    # explicit mesh gives the same values, sharded so
+    import json
+
+    from ..nnx_core.probe import run_in_devices
+
+    out = json.loads(run_in_devices(_EXPLICIT, 4).strip().splitlines()[-1])
+    assert len(out) == 10
+    for name, (spec, same) in out.items():
+        assert spec == [None, "model"] and same, name
