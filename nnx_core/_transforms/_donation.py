@@ -264,22 +264,18 @@ def _copies(arrays: list[Any]) -> list[Any]:
     device_put copies what this process can address; an array spread over several processes'
     devices (which device_put refuses, even to its own sharding) is copied shard by shard.
     """
-    local = [j for j, x in enumerate(arrays) if not _spans_processes(x)]
-    out = list(arrays)
+    spread = [isinstance(x, jax.Array) and not x.is_fully_addressable for x in arrays]
+    local = [j for j, s in enumerate(spread) if not s]
     targets = [arrays[j].sharding if isinstance(arrays[j], jax.Array) else None for j in local]
-    for j, copy in zip(local, jax.device_put([arrays[j] for j in local], targets, may_alias=False)):
+    copied = jax.device_put([arrays[j] for j in local], targets, may_alias=False)
+    out = list(arrays)
+    for j, copy in zip(local, copied):
         out[j] = copy
-    for j, x in enumerate(arrays):
-        if _spans_processes(x):
-            shards = [
-                jax.device_put(s.data, s.device, may_alias=False) for s in x.addressable_shards
-            ]
-            out[j] = jax.make_array_from_single_device_arrays(x.shape, x.sharding, shards)
+    for j in (j for j, spans in enumerate(spread) if spans):
+        x = arrays[j]
+        shards = [jax.device_put(p.data, p.device, may_alias=False) for p in x.addressable_shards]
+        out[j] = jax.make_array_from_single_device_arrays(x.shape, x.sharding, shards)
     return out
-
-
-def _spans_processes(x: Any) -> bool:
-    return isinstance(x, jax.Array) and not x.is_fully_addressable
 
 
 def call(
