@@ -123,6 +123,12 @@ def start_decoding(model: Any, batch: int, length: int) -> None:
         )
 
 
+# `start_decoding` compiled once per model structure and shape: a Repeat starts its blocks'
+# caches with a scan, which run eagerly traced and compiled anew at every call (70-90 ms on CPU,
+# more on a GPU, against 3 ms for the compiled call)
+_start_decoding = nnx.jit(start_decoding, static_argnums=(1, 2))
+
+
 def _start_caches(model: Any, batch: int, length: int, prefix: tuple[Any, ...]) -> int:
     """Start the caches of ``model`` (found at ``prefix``, for messages); how many layers."""
     started: list[tuple[Any, ...]] = []
@@ -253,7 +259,7 @@ def decode(
     prompt = _check_arguments(prompt, max_tokens, temperature, top_k)
     total = _check_length(model, prompt, max_tokens)
     work = nnx.clone(model)
-    start_decoding(work, prompt.shape[0], total)
+    _start_decoding(work, prompt.shape[0], total)
     graphdef, params, rest = nnx.split(work, nnx.Param, ...)
     options = dict(new=max_tokens, temperature=float(temperature), top_k=top_k)
     return _cached(params, rest, prompt, jax.random.key(seed), graphdef=graphdef, **options)
