@@ -91,36 +91,30 @@ class TopKAccuracy(Average):
         super().update(values=hits, mask=mask)
 
 
-class MeanSquaredError(Average):
+class _TargetError(Average):
+    """The mean of ``error(prediction - target)`` over every output of every example."""
+
+    requires = ("predictions", "targets")
+    error: Any = None  # an elementwise function of the difference
+
+    def update(
+        self, *, predictions: jax.Array, targets: jax.Array, mask: Any = None, **_: Any
+    ) -> None:  # type: ignore[override]
+        predictions, targets = _aligned(predictions, targets)
+        error = type(self).error(predictions - targets)
+        super().update(values=error, mask=_example_mask(mask, error))
+
+
+class MeanSquaredError(_TargetError):
     """The mean of ``(prediction - target) ** 2`` over every output of every example."""
 
-    requires = ("predictions", "targets")
-
-    def __init__(self) -> None:
-        super().__init__()
-
-    def update(
-        self, *, predictions: jax.Array, targets: jax.Array, mask: Any = None, **_: Any
-    ) -> None:  # type: ignore[override]
-        predictions, targets = _aligned(predictions, targets)
-        error = jnp.square(predictions - targets)
-        super().update(values=error, mask=_example_mask(mask, error))
+    error = jnp.square
 
 
-class MeanAbsoluteError(Average):
+class MeanAbsoluteError(_TargetError):
     """The mean of ``|prediction - target|`` over every output of every example."""
 
-    requires = ("predictions", "targets")
-
-    def __init__(self) -> None:
-        super().__init__()
-
-    def update(
-        self, *, predictions: jax.Array, targets: jax.Array, mask: Any = None, **_: Any
-    ) -> None:  # type: ignore[override]
-        predictions, targets = _aligned(predictions, targets)
-        error = jnp.abs(predictions - targets)
-        super().update(values=error, mask=_example_mask(mask, error))
+    error = jnp.abs
 
 
 class R2(Metric):
