@@ -7,9 +7,13 @@ The model is the config's (random weights: speed does not depend on them), its p
 widened to ``prompt + new`` positions when it is shorter. Both paths are
 `nnx_plugins.generation._decode`'s, each one compiled ``lax.scan`` over the steps:
 
-- cached (`decode`): one position per step; attention reads the cache;
+- cached (`decode`): one position per step; attention reads the cache (a `Repeat`'s blocks
+  unrolled, as `decode` does by default; with ``--scan-blocks`` also ``scan_blocks=True``);
 - recomputed (`decode_by_recomputation`): the whole buffer of ``T = prompt + new`` positions
-  per step (one compiled shape; causality makes the positions not yet drawn irrelevant).
+  per step (one compiled shape; causality makes the positions not yet drawn irrelevant);
+- the physical limit (``benchmarks/_plain_decode.py``): the same GPT's cached decoding
+  hand-written in plain JAX (pure functions of its weights, one compiled ``lax.scan``), for
+  models of the example's layout.
 
 Per new token the recomputation does ``T`` positions' work where the cache does one (the
 attention too: ``T`` queries against ``T`` keys, against one query against ``T`` cached keys),
@@ -35,15 +39,18 @@ from typing import Any
 
 import jax
 import numpy as np
+from _plain_decode import plain_decode, plain_weights
 
 import nnx_core as nnx
 from nnx_plugins import build, load_config
 from nnx_plugins.generation._decode import decode, decode_by_recomputation, model_max_length
 
-PATHS: dict[str, Callable[..., Any]] = {
-    "KV cache (decode)": decode,
-    "full recomputation": decode_by_recomputation,
-}
+CACHED, SCANNED, PLAIN, FULL = (
+    "KV cache (decode)",
+    "KV cache, Repeat scanned (scan_blocks=True)",
+    "plain jax.jit KV cache (the limit)",
+    "full recomputation",
+)
 
 
 def widened(model_config: dict[str, Any], length: int) -> dict[str, Any]:
@@ -72,14 +79,38 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def measure(model: Any, batch: int, prompt: int, new: int, rounds: int) -> dict[str, Any]:
-    """First call and median steady seconds of each path for one batch size."""
-    vocab = int(jax.eval_shape(model, jax.ShapeDtypeStruct((1, 1), np.int32)).shape[-1])
-    ids = np.random.default_rng(0).integers(0, vocab, (batch, prompt)).astype(np.int32)
-    calls = {
-        name: (lambda fn=fn: fn(model, ids, max_tokens=new, temperature=0.0))
-        for name, fn in PATHS.items()
+def paths(model: Any, scan_blocks: bool) -> dict[str, Callable[[Any, int], Any]]:
+    """The decoders timed: ``name -> fn(prompt ids, new tokens)``, greedy."""
+    found: dict[str, Callable[[Any, int], Any]] = {
+        CACHED: lambda ids, new: decode(model, ids, max_tokens=new, temperature=0.0)
     }
+    if scan_blocks:
+        found[SCANNED] = lambda ids, new: decode(
+            model, ids, max_tokens=new, temperature=0.0, scan_blocks=True
+        )
+    try:
+        weights = plain_weights(model)
+    except (ValueError, KeyError) as error:
+        print(f"(no plain decoder for this model's layout: {error!r})")
+    else:
+        found[PLAIN] = lambda ids, new: plain_decode(weights, ids, max_tokens=new)
+    found[FULL] = lambda ids, new: decode_by_recomputation(
+        model, ids, max_tokens=new, temperature=0.0
+    )
+    return found
+
+
+def measure(
+    decoders: dict[str, Callable[[Any, int], Any]],
+    vocab: int,
+    batch: int,
+    prompt: int,
+    new: int,
+    rounds: int,
+) -> dict[str, Any]:
+    """First call and median steady seconds of each path for one batch size."""
+    ids = np.random.default_rng(0).integers(0, vocab, (batch, prompt)).astype(np.int32)
+    calls = {name: (lambda fn=fn: fn(ids, new)) for name, fn in decoders.items()}
     first = {name: timed(call) for name, call in calls.items()}
     agreement = {"default": same_tokens(calls)}
     if agreement["default"] != "equal":  # e.g. a GPU's TF32 matmuls: retry in full float32
@@ -96,31 +127,42 @@ def measure(model: Any, batch: int, prompt: int, new: int, rounds: int) -> dict[
 
 
 def same_tokens(calls: dict[str, Callable[[], Any]]) -> str:
-    """'equal', or where the greedy tokens of the two paths first differ."""
-    a, b = (np.asarray(call()) for call in calls.values())
-    if np.array_equal(a, b):
-        return "equal"
-    row, col = np.argwhere(a != b)[0]
-    return f"differ first at sequence {row}, position {col} ({int((a != b).sum())} tokens)"
+    """'equal', or where the greedy tokens of a path first differ from the recomputation's."""
+    reference = np.asarray(calls[FULL]())
+    found = []
+    for name, call in calls.items():
+        a = np.asarray(call())
+        if name != FULL and not np.array_equal(a, reference):
+            row, col = np.argwhere(a != reference)[0]
+            found.append(f"{name}: first at sequence {row}, position {col}")
+    return "; ".join(found) if found else "equal"
 
 
 def report(results: list[dict[str, Any]]) -> None:
-    """One row per batch size and length: tokens/s of both paths, the speed-up, the predicted
-    one, and what a cached step costs against one position of a full pass."""
+    """One row per batch size, length and path: tokens/s, the speed-up over the recomputation,
+    the predicted one, the time against the plain decoder's, and what a cached step costs
+    against one position of a full pass."""
     print(
-        "\n| batch | new tokens (T) | KV cache tokens/s | recomputation tokens/s | speed-up "
-        "| predicted (T) | cached step / one position of a full pass | first call s, cached "
-        "/ recomputed |"
+        "\n| batch | new tokens (T) | path | tokens/s | speed-up over recomputation "
+        "| predicted (T) | time / plain limit | step / one position of a full pass "
+        "| first call s |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         batch, new, total = r["batch"], r["new"], r["prompt"] + r["new"]
-        cached, full = (r["steady"][name] for name in PATHS)
-        first = " / ".join(f"{r['first'][name]:.1f}" for name in PATHS)
+        full, plain = r["steady"][FULL], r["steady"].get(PLAIN)
+        for name, seconds in r["steady"].items():
+            if name == FULL:
+                continue
+            limit = f"{seconds / plain:.2f}x" if plain else "-"
+            print(
+                f"| {batch} | {new} ({total}) | {name} | {batch * new / seconds:,.0f} | "
+                f"{full / seconds:.1f}x | {total}x | {limit} | {total * seconds / full:.1f}x "
+                f"| {r['first'][name]:.1f} |"
+            )
         print(
-            f"| {batch} | {new} ({total}) | {batch * new / cached:,.0f} | "
-            f"{batch * new / full:,.0f} | {full / cached:.1f}x | {total}x | "
-            f"{total * cached / full:.1f}x | {first} |"
+            f"| {batch} | {new} ({total}) | {FULL} | {batch * new / full:,.0f} | 1.0x | - | - "
+            f"| - | {r['first'][FULL]:.1f} |"
         )
 
 
@@ -131,6 +173,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--prompt", type=int, default=16, help="prompt tokens")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--scan-blocks", action="store_true", help="also time decode(..., scan_blocks=True)"
+    )
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     a = p.parse_args(argv)
     model = make_model(a.config, a.prompt + max(a.new), a.overrides)
@@ -140,10 +185,12 @@ def main(argv: list[str] | None = None) -> None:
         flush=True,
     )
     print(f"greedy decoding after a {a.prompt}-token prompt; T = prompt + new tokens")
+    vocab = int(jax.eval_shape(model, jax.ShapeDtypeStruct((1, 1), np.int32)).shape[-1])
+    decoders = paths(model, a.scan_blocks)
     results = []
     for b in a.batch:
         for new in a.new:
-            results.append(measure(model, b, a.prompt, new, a.rounds))
+            results.append(measure(decoders, vocab, b, a.prompt, new, a.rounds))
             print(f"  batch {b}, {new} new tokens: done", flush=True)
     report(results)
     print(f"\nload average at the end {os.getloadavg()[0]:.2f}")

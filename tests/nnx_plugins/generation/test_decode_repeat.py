@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 
 import nnx_core as nnx
+import nnx_layers
 from nnx_layers import Embed, Repeat, Sequential
 from nnx_plugins import build
 from nnx_plugins.generation._decode import (
     GenerationError,
+    _unrolled,
     decode,
     decode_by_recomputation,
     start_decoding,
@@ -105,3 +107,39 @@ def test_a_repeat_without_caches_does_not_count_as_decoding():
     model = Sequential(Embed(5, 8, rngs=nnx.Rngs(0)), plain)
     with pytest.raises(GenerationError, match="has no layer that decodes from a cache"):
         start_decoding(model, 1, 4)
+
+
+def test_decode_unrolls_a_repeat_in_its_copy_and_scan_blocks_keeps_the_scan(models):
+    _, stacked = models
+    work = nnx.clone(stacked)
+    start_decoding(work, 2, 9)
+    unrolled = _unrolled(work)
+    blocks = unrolled.layers[2].blocks
+    assert len(blocks) == BLOCKS and not any(
+        isinstance(m, Repeat) for _, m in unrolled.iter_modules()
+    )
+    attention = blocks[1].layers[0].block.layers[1]
+    assert attention.cached_key.value.shape == (2, 9, 2, WIDTH // 2)  # its own cache
+    assert int(attention.cache_index.value) == 0
+    assert isinstance(stacked.layers[2], Repeat)  # the caller's model is left as it was
+    steps = LENGTH - PROMPT.shape[1]
+    default = decode(stacked, PROMPT, max_tokens=steps, temperature=0.0)
+    scanned = decode(stacked, PROMPT, max_tokens=steps, temperature=0.0, scan_blocks=True)
+    np.testing.assert_array_equal(default, scanned)
+    assert (
+        isinstance(stacked.layers[2], Repeat)
+        and stacked.layers[2].block.layers[0].block.layers[1].cached_key is None
+    )
+
+
+def test_a_repeat_at_the_root_and_a_repeat_inside_a_repeat_unroll_to_the_same_function():
+    inner = lambda rngs: Repeat(lambda r: nnx_layers.Linear(4, 4, rngs=r), 2, rngs=rngs)  # noqa: E731
+    nested = Repeat(inner, 3, rngs=nnx.Rngs(0))
+    x = jnp.arange(8.0).reshape(2, 4) / 8
+    flat = _unrolled(nnx.clone(nested))
+    assert len(flat.blocks) == 3 and all(len(b.blocks) == 2 for b in flat.blocks)
+    assert not any(isinstance(m, Repeat) for _, m in flat.iter_modules())
+    np.testing.assert_allclose(flat(x), nested(x), rtol=1e-6)
+    inside = _unrolled(Sequential(nnx.clone(nested)))
+    assert not any(isinstance(m, Repeat) for _, m in inside.iter_modules())
+    np.testing.assert_allclose(inside(x), nested(x), rtol=1e-6)
