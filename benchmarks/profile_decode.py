@@ -62,7 +62,9 @@ def main() -> None:
             lowered = D._cached.lower(params, rest, ids, key, **options)
             report.append(f"\n# {name}\ncompiled: {op_counts(lowered.compile().as_text())}")
 
-            def run(calls: int, params=params, rest=rest, options=options, key=key) -> None:
+            def run(
+                calls: int, params=params, rest=rest, options=options, key=key, ids=ids
+            ) -> None:
                 for _ in range(calls):
                     jax.block_until_ready(D._cached(params, rest, ids, key, **options))
 
@@ -70,7 +72,7 @@ def main() -> None:
         lowered = _loop.lower(weights, ids, new=a.new)
         report.append(f"\n# plain\ncompiled: {op_counts(lowered.compile().as_text())}")
 
-        def plain(calls: int) -> None:
+        def plain(calls: int, ids: jax.Array = ids) -> None:
             for _ in range(calls):
                 jax.block_until_ready(_loop(weights, ids, new=a.new))
 
