@@ -52,21 +52,15 @@ def main() -> None:
         ids = jax.numpy.asarray(np.zeros((batch, a.prompt), np.int32))
         report = [f"# batch {batch}, {a.new} new tokens ({total} steps of the loop)\n"]
         for name, scan in (("decode, Repeat unrolled", False), ("decode, Repeat scanned", True)):
-            work = nnx.clone(model)
-            D._start_decoding(work, batch, total)
-            if not scan:
-                work = D._unrolled(work)
-            g, params, rest = nnx.split(work, nnx.Param, ...)
-            options = dict(graphdef=g, new=a.new, temperature=0.0, top_k=None)
+            g, state = nnx.split(model)
+            options = dict(graphdef=g, new=a.new, temperature=0.0, top_k=None, scan_blocks=scan)
             key = jax.random.key(0)
-            lowered = D._cached.lower(params, rest, ids, key, **options)
+            lowered = D._cached.lower(state, ids, key, **options)
             report.append(f"\n# {name}\ncompiled: {op_counts(lowered.compile().as_text())}")
 
-            def run(
-                calls: int, params=params, rest=rest, options=options, key=key, ids=ids
-            ) -> None:
+            def run(calls: int, state=state, options=options, key=key, ids=ids) -> None:
                 for _ in range(calls):
-                    jax.block_until_ready(D._cached(params, rest, ids, key, **options))
+                    jax.block_until_ready(D._cached(state, ids, key, **options))
 
             report.append(profile(run, 1, traces / f"trace_{batch}_{scan}"))
         lowered = _loop.lower(weights, ids, new=a.new)

@@ -123,12 +123,6 @@ def start_decoding(model: Any, batch: int, length: int) -> None:
         )
 
 
-# `start_decoding` compiled once per model structure and shape: a Repeat starts its blocks'
-# caches with a scan, which run eagerly traced and compiled anew at every call (70-90 ms on CPU,
-# more on a GPU, against 3 ms for the compiled call)
-_start_decoding = nnx.jit(start_decoding, static_argnums=(1, 2))
-
-
 def _start_caches(model: Any, batch: int, length: int, prefix: tuple[Any, ...]) -> int:
     """Start the caches of ``model`` (found at ``prefix``, for messages); how many layers."""
     started: list[tuple[Any, ...]] = []
@@ -277,13 +271,13 @@ def decode(
 ) -> jax.Array:
     """Continue ``prompt`` by ``max_tokens`` tokens, decoding with the KV cache.
 
-    ``model`` is left as it was: a clone is put in decoding mode (`start_decoding`), and the
-    prompt then the drawn tokens are fed one position per step, all steps in one compiled
-    ``lax.scan`` over the clone's state. The blocks of a `nnx_layers.Repeat` are unrolled in
-    the clone, each with its own weights and caches: a step then writes one position of each
-    cache in place, where a scan over the blocks copies every block's weights and caches in
-    and out (2.6x slower on the example GPT; the compile time grows with the depth instead,
-    e.g. 6.9 s against 1.2 s for 48 blocks on a CPU; docs/performance.md).
+    ``model`` is left as it was: one compiled program puts a copy of it in decoding mode
+    (`start_decoding`) and feeds it the prompt then the drawn tokens, one position per step
+    of a ``lax.scan``. The blocks of a `nnx_layers.Repeat` are unrolled in the copy, each with
+    its own weights and caches: a step then writes one position of each cache in place, where
+    a scan over the blocks copies every block's weights and caches in and out (2.6x slower on
+    the example GPT on a CPU); the compile time grows with the depth instead (6.9 s against
+    1.2 s for 48 blocks on a CPU; docs/performance.md).
 
     Args:
         model: a language model (token ids ``(batch, length)`` -> logits).
@@ -304,25 +298,31 @@ def decode(
             ``(batch, length, vocab)`` logits.
     """
     prompt = _check_arguments(prompt, max_tokens, temperature, top_k)
-    total = _check_length(model, prompt, max_tokens)
-    work = nnx.clone(model)
-    _start_decoding(work, prompt.shape[0], total)
-    if not scan_blocks:
-        work = _unrolled(work)
-    graphdef, params, rest = nnx.split(work, nnx.Param, ...)
+    _check_length(model, prompt, max_tokens)
+    graphdef, state = nnx.split(model)
     options = dict(new=max_tokens, temperature=float(temperature), top_k=top_k)
-    return _cached(params, rest, prompt, jax.random.key(seed), graphdef=graphdef, **options)
+    return _cached(
+        state, prompt, jax.random.key(seed), graphdef=graphdef, scan_blocks=scan_blocks, **options
+    )
 
 
 _STATIC = ("graphdef", "new", "temperature", "top_k")
 
 
-@functools.partial(jax.jit, static_argnames=_STATIC)
-def _cached(params: Any, rest: Any, prompt: jax.Array, key: jax.Array, **static: Any) -> jax.Array:
-    """`decode`'s compiled loop: one position per step, the non-Param state carried."""
-    graphdef, new = static["graphdef"], static["new"]
-    draw = functools.partial(sample, temperature=static["temperature"], top_k=static["top_k"])
+@functools.partial(jax.jit, static_argnames=(*_STATIC, "scan_blocks"))
+def _cached(state: Any, prompt: jax.Array, key: jax.Array, **static: Any) -> jax.Array:
+    """`decode`'s compiled program: a copy of the model put in decoding mode (its Repeats
+    unrolled unless ``scan_blocks``), then one position per step, the non-Param state carried.
+    All of it is one program, so a call costs no eager work on the device (on a GPU the eager
+    copy, cache start and unstacking of the model took longer than decoding 256 tokens)."""
     batch, length = prompt.shape
+    new = static["new"]
+    model = nnx.merge(static["graphdef"], state)  # new objects: the caller's model is untouched
+    start_decoding(model, batch, length + new)
+    if not static["scan_blocks"]:
+        model = _unrolled(model)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    draw = functools.partial(sample, temperature=static["temperature"], top_k=static["top_k"])
 
     def step(carry: Any, t: jax.Array) -> Any:
         rest, previous = carry
@@ -367,9 +367,7 @@ def decode_by_recomputation(
     """
     prompt = _check_arguments(prompt, max_tokens, temperature, top_k)
     _check_length(model, prompt, max_tokens)
-    work = nnx.clone(model)
-    work.eval()
-    graphdef, state = nnx.split(work)
+    graphdef, state = nnx.split(model)
     options = dict(new=max_tokens, temperature=float(temperature), top_k=top_k)
     return _recomputed(state, prompt, jax.random.key(seed), graphdef=graphdef, **options)
 
@@ -377,7 +375,8 @@ def decode_by_recomputation(
 @functools.partial(jax.jit, static_argnames=_STATIC)
 def _recomputed(state: Any, prompt: jax.Array, key: jax.Array, **static: Any) -> jax.Array:
     """`decode_by_recomputation`'s compiled loop: the whole buffer through the model per step."""
-    model = nnx.merge(static["graphdef"], state)
+    model = nnx.merge(static["graphdef"], state)  # new objects: the caller's model is untouched
+    model.eval()
     draw = functools.partial(sample, temperature=static["temperature"], top_k=static["top_k"])
     batch, length = prompt.shape
     total = length + static["new"]
