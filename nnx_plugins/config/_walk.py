@@ -12,6 +12,7 @@ the bare function.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,9 +40,31 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _short_repr() -> reprlib.Repr:
+    short = reprlib.Repr()
+    short.maxlevel, short.maxlist, short.maxtuple, short.maxdict = 20, 12, 12, 8
+    short.maxstring = short.maxother = short.maxlong = 70
+    return short
+
+
+_SHORT = _short_repr()
+
+
 def describe(value: Any) -> str:
-    """A short description of a received value for error messages."""
-    text = repr(value)
+    """A short description of a received value for error messages: at most 60 characters of
+    its repr, which is built bounded (a huge or deeply nested value is not repr'd whole).
+
+    Example:
+        >>> from nnx_plugins.config._walk import describe
+        >>> describe([1, 2])
+        'list [1, 2]'
+        >>> deep = 1
+        >>> for _ in range(100_000):
+        ...     deep = [deep]
+        >>> describe(deep)
+        'list [[[[[[[[[[[[[[[[[[[[[...]]]]]]]]]]]]]]]]]]]]'
+    """
+    text = _SHORT.repr(value)
     text = text if len(text) <= 60 else text[:57] + "..."
     return f"{type(value).__name__} {text}"
 

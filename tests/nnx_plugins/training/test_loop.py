@@ -229,7 +229,7 @@ def test_cli_reports_config_errors_with_locations(tmp_path, capsys):
     [
         (
             "data=3",
-            r"--mesh data=3,model=1 needs 3 devices but 1 CPU device\(s\) are visible.*"
+            r"--mesh data=3,model=1 needs 3 devices but 1 \w+ device\(s\) are visible.*"
             r"xla_force_host_platform_device_count=3",
         ),
         (
