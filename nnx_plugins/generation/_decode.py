@@ -298,6 +298,8 @@ def decode(
             ``(batch, length, vocab)`` logits.
     """
     prompt = _check_arguments(prompt, max_tokens, temperature, top_k)
+    if not isinstance(scan_blocks, bool):
+        raise GenerationError(f"scan_blocks must be True or False, got {scan_blocks!r}.")
     _check_length(model, prompt, max_tokens)
     graphdef, state = nnx.split(model)
     options = dict(new=max_tokens, temperature=float(temperature), top_k=top_k)

@@ -168,6 +168,12 @@ def test_argument_errors(model, decoder, prompt, options, match):
         decoder(model, prompt, **{"max_tokens": 3, **options})
 
 
+@pytest.mark.parametrize("value", [1, "yes", None, [True]])
+def test_scan_blocks_must_be_a_bool(model, value):
+    with pytest.raises(GenerationError, match=r"scan_blocks must be True or False, got "):
+        decode(model, PROMPT, max_tokens=2, scan_blocks=value)
+
+
 def test_a_model_without_a_cache_cannot_decode():
     rngs = nnx.Rngs(0)
     model = Sequential(Embed(5, 8, rngs=rngs), Linear(8, 5, rngs=rngs))

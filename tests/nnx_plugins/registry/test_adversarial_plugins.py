@@ -275,7 +275,9 @@ def install(site, name, module, source, entries):
 
 
 def run_nnx(site, *argv):
-    env = {**os.environ, "PYTHONPATH": str(site)}
+    # (the pack's folder first, then whatever PYTHONPATH the suite runs with)
+    paths = [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     code = "import sys; from nnx_plugins.cli._main import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run(
         [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=300
