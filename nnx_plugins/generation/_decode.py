@@ -275,9 +275,9 @@ def decode(
     (`start_decoding`) and feeds it the prompt then the drawn tokens, one position per step
     of a ``lax.scan``. The blocks of a `nnx_layers.Repeat` are unrolled in the copy, each with
     its own weights and caches: a step then writes one position of each cache in place, where
-    a scan over the blocks copies every block's weights and caches in and out (2.6x slower on
-    the example GPT on a CPU); the compile time grows with the depth instead (6.9 s against
-    1.2 s for 48 blocks on a CPU; docs/performance.md).
+    a scan over the blocks copies every block's weights and caches in and out (3.2x slower on
+    the example GPT on a CPU); the compile time grows with the depth instead (8.3 s against
+    1.0 s for 48 blocks on a CPU, for 2.3x the tokens per second; docs/performance.md).
 
     Args:
         model: a language model (token ids ``(batch, length)`` -> logits).
