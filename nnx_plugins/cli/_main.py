@@ -22,7 +22,7 @@ from .._text import suggest
 from ..registry._errors import PluginError
 from . import _config, _generate, _names, _plugins, _run_parts, _train
 from ._config import usage_error
-from ._output import fail, keep_stderr, plugin_warnings_as_lines, registry
+from ._output import fail, keep_stderr, plugin_warnings_as_lines, registry, report
 
 __all__ = ["main", "build_parser"]
 
@@ -59,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.handler(args))
         except PluginError as error:
             return fail(error)
+        except KeyboardInterrupt:  # (`nnx train` says more itself: its checkpoints, --resume)
+            report("nnx: interrupted.")
+            return 130
 
 
 def _command(args: argparse.Namespace) -> str:

@@ -103,3 +103,16 @@ def test_two_files_is_a_usage_error(run, capsys):
     argv = ["generate", str(config), str(config), "--checkpoint", "x", "--prompt", "t"]
     assert main(argv) == 2
     assert "give one config FILE" in capsys.readouterr().err
+
+
+def test_ctrl_c_is_one_line_and_exit_130(run, monkeypatch, capsys):
+    import nnx_plugins.generation._generate as generation
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generation, "generate", interrupted)
+    folder, config = run
+    assert main(generate(config, folder, "--prompt", "the")) == 130
+    out, err = capsys.readouterr()
+    assert out == "" and err == "nnx: interrupted.\n"
