@@ -120,9 +120,26 @@ def _flat(
 
 
 class _Base:
-    """Shared behaviour: ``name`` from the name table and ``config()``."""
+    """Shared behaviour: the call (shape and dtype normalised, then ``_init``), ``name`` from
+    the name table and ``config()``."""
 
     name: ClassVar[str] = ""
+
+    def __call__(
+        self,
+        key: jax.Array,
+        shape: Sequence[int],
+        dtype: Any = jnp.float32,
+        *,
+        out_sharding: Any = None,
+    ) -> jax.Array:
+        """Draw an array of ``shape`` and ``dtype`` from ``key`` (``out_sharding``: sharded so)."""
+        return self._init(key, _shape(shape), _canonical_dtype(dtype), out_sharding)
+
+    def _init(
+        self, key: jax.Array, shape: tuple[int, ...], dtype: Any, out_sharding: Any
+    ) -> jax.Array:
+        raise NotImplementedError
 
     def config(self) -> dict[str, Any]:
         """Return the constructor arguments, so ``get(self.name, **self.config())`` rebuilds it."""
@@ -142,15 +159,10 @@ class Zeros(_Base):
 
     name: ClassVar[str] = "zeros"
 
-    def __call__(
-        self,
-        key: jax.Array,
-        shape: Sequence[int],
-        dtype: Any = jnp.float32,
-        *,
-        out_sharding: Any = None,
+    def _init(
+        self, key: jax.Array, shape: tuple[int, ...], dtype: Any, out_sharding: Any
     ) -> jax.Array:
-        return jnp.zeros(_shape(shape), _canonical_dtype(dtype), out_sharding=out_sharding)
+        return jnp.zeros(shape, dtype, out_sharding=out_sharding)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,15 +178,10 @@ class Ones(_Base):
 
     name: ClassVar[str] = "ones"
 
-    def __call__(
-        self,
-        key: jax.Array,
-        shape: Sequence[int],
-        dtype: Any = jnp.float32,
-        *,
-        out_sharding: Any = None,
+    def _init(
+        self, key: jax.Array, shape: tuple[int, ...], dtype: Any, out_sharding: Any
     ) -> jax.Array:
-        return jnp.ones(_shape(shape), _canonical_dtype(dtype), out_sharding=out_sharding)
+        return jnp.ones(shape, dtype, out_sharding=out_sharding)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,17 +198,10 @@ class Constant(_Base):
     name: ClassVar[str] = "constant"
     value: float = 0.0
 
-    def __call__(
-        self,
-        key: jax.Array,
-        shape: Sequence[int],
-        dtype: Any = jnp.float32,
-        *,
-        out_sharding: Any = None,
+    def _init(
+        self, key: jax.Array, shape: tuple[int, ...], dtype: Any, out_sharding: Any
     ) -> jax.Array:
-        return jnp.full(
-            _shape(shape), self.value, _canonical_dtype(dtype), out_sharding=out_sharding
-        )
+        return jnp.full(shape, self.value, dtype, out_sharding=out_sharding)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,18 +218,12 @@ class Normal(_Base):
     name: ClassVar[str] = "normal"
     stddev: float = 1e-2
 
-    def __call__(
-        self,
-        key: jax.Array,
-        shape: Sequence[int],
-        dtype: Any = jnp.float32,
-        *,
-        out_sharding: Any = None,
+    def _init(
+        self, key: jax.Array, shape: tuple[int, ...], dtype: Any, out_sharding: Any
     ) -> jax.Array:
-        dtype = _canonical_dtype(dtype)
         values = _flat(
             lambda s, sh: jax.random.normal(key, s, dtype, out_sharding=sh),
-            _shape(shape),
+            shape,
             out_sharding,
         )
         return values * jnp.asarray(self.stddev, dtype)
@@ -250,18 +244,12 @@ class Uniform(_Base):
     name: ClassVar[str] = "uniform"
     scale: float = 1e-2
 
-    def __call__(
-        self,
-        key: jax.Array,
-        shape: Sequence[int],
-        dtype: Any = jnp.float32,
-        *,
-        out_sharding: Any = None,
+    def _init(
+        self, key: jax.Array, shape: tuple[int, ...], dtype: Any, out_sharding: Any
     ) -> jax.Array:
-        dtype = _canonical_dtype(dtype)
         values = _flat(
             lambda s, sh: jax.random.uniform(key, s, dtype, out_sharding=sh),
-            _shape(shape),
+            shape,
             out_sharding,
         )
         return values * jnp.asarray(self.scale, dtype)
@@ -284,20 +272,14 @@ class TruncatedNormal(_Base):
     lower: float = -2.0
     upper: float = 2.0
 
-    def __call__(
-        self,
-        key: jax.Array,
-        shape: Sequence[int],
-        dtype: Any = jnp.float32,
-        *,
-        out_sharding: Any = None,
+    def _init(
+        self, key: jax.Array, shape: tuple[int, ...], dtype: Any, out_sharding: Any
     ) -> jax.Array:
-        dtype = _canonical_dtype(dtype)
         z = _flat(
             lambda s, sh: jax.random.truncated_normal(
                 key, self.lower, self.upper, s, dtype, out_sharding=sh
             ),
-            _shape(shape),
+            shape,
             out_sharding,
         )
         return z * jnp.asarray(self.stddev, dtype)
@@ -378,16 +360,9 @@ class VarianceScaling(_Base):
         }[self.mode]
         return self.scale / denominator
 
-    def __call__(
-        self,
-        key: jax.Array,
-        shape: Sequence[int],
-        dtype: Any = jnp.float32,
-        *,
-        out_sharding: Any = None,
+    def _init(
+        self, key: jax.Array, shape: tuple[int, ...], dtype: Any, out_sharding: Any
     ) -> jax.Array:
-        shape = _shape(shape)
-        dtype = _canonical_dtype(dtype)
         variance = jnp.array(self._variance(shape), dtype=dtype)
         if self.distribution == "truncated_normal":
             stddev = jnp.sqrt(variance) / jnp.array(_TRUNCATED_STDDEV, dtype)
@@ -429,16 +404,9 @@ class Orthogonal(_Base):
     scale: float = 1.0
     column_axis: int = -1
 
-    def __call__(
-        self,
-        key: jax.Array,
-        shape: Sequence[int],
-        dtype: Any = jnp.float32,
-        *,
-        out_sharding: Any = None,
+    def _init(
+        self, key: jax.Array, shape: tuple[int, ...], dtype: Any, out_sharding: Any
     ) -> jax.Array:
-        shape = _shape(shape)
-        dtype = _canonical_dtype(dtype)
         if len(shape) < 2:
             raise ValueError(
                 f"orthogonal initializer needs a shape with at least 2 dimensions, got {shape}. "
