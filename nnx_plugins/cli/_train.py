@@ -27,6 +27,7 @@ from rich.console import Console
 
 from .._errors import NnxError
 from ..training._address import address_problem
+from ._checkpoint import CHECKPOINT_OPTION, resolve_checkpoint
 from ._config import one_file
 from ._output import report
 from ._supervise import supervise
@@ -159,17 +160,26 @@ def _what_was_trained(result: Any) -> str:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from ..config._load import load_config  # (here: listing stays light)
+    from ..training._config import load_train_config  # (here: listing stays light)
     from ..training._evaluation import describe_metrics  # (here: listing stays light)
     from ..training._loop import evaluate  # (here: listing stays light)
 
+    given = one_file(args, "eval FILE --checkpoint DIR [KEY=VALUE...]")
+    if given is None:
+        return 2
     try:
-        metrics = evaluate(args.file, args.checkpoint)
+        config = load_train_config(load_config(given[0], overrides=given[1]))
+        chosen = resolve_checkpoint(args.checkpoint, config)
+        metrics = evaluate(config, chosen.path)
     except NnxError as error:
         report(str(error))
         return 1
     values = {k: v for k, v in metrics.items() if k not in ("step", "checkpoint")}
+    why = f", {chosen.note}" if chosen.note else ""
     print(
-        f"checkpoint {metrics['checkpoint']} (step {metrics['step']}): {describe_metrics(values)}"
+        f"checkpoint {metrics['checkpoint']} (step {metrics['step']}{why}): "
+        f"{describe_metrics(values)}"
     )
     return 0
 
@@ -216,13 +226,14 @@ def add_commands(subparsers: Any) -> None:
     text = "evaluate a checkpoint on the test split of a config's data"
     parser = subparsers.add_parser("eval", help=text, description=text)
     parser.set_defaults(handler=_eval)
-    parser.add_argument("file", metavar="FILE")
+    parser.add_argument("file", metavar="FILE", help="the config the model was trained with")
     parser.add_argument(
-        "--checkpoint",
-        metavar="DIR",
-        required=True,
-        help="a checkpoint directory, or a directory of step_N checkpoints",
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="set a value by path, as for nnx train (e.g. data.path=other.npz)",
     )
+    parser.add_argument("--checkpoint", **CHECKPOINT_OPTION)
 
 
 def _add_process_options(parser: argparse.ArgumentParser) -> None:
