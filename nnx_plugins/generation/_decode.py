@@ -51,6 +51,7 @@ __all__ = [
     "model_max_length",
     "sample",
     "seed_key",
+    "check_options",
     "start_decoding",
     "MAX_SEED",
 ]
@@ -263,22 +264,18 @@ def seed_key(seed: int) -> jax.Array:
     return jax.random.fold_in(key, seed >> 32) if seed >> 32 else key
 
 
-def _check_arguments(
-    prompt: Any, max_tokens: Any, temperature: Any, top_k: Any, seed: Any = 0
-) -> jax.Array:
-    prompt = jnp.asarray(prompt)
-    if prompt.ndim != 2 or prompt.shape[1] < 1 or not jnp.issubdtype(prompt.dtype, jnp.integer):
-        raise GenerationError(
-            f"the prompt must be token ids of shape (batch, length) with length >= 1, got "
-            f"{prompt.dtype}{list(prompt.shape)}. Pass e.g. jnp.array([[1, 2, 3]])."
-        )
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, Integral) or max_tokens < 1:
-        raise GenerationError(f"max_tokens must be a whole number >= 1, got {_short(max_tokens)}.")
-    if (
-        isinstance(temperature, bool)
-        or not isinstance(temperature, Real)
-        or not 0 <= temperature < float("inf")
+def check_options(*, max_tokens: Any, temperature: Any, top_k: Any, seed: Any) -> None:
+    """Refuse a bad option of `decode` (``max_tokens`` may be ``None`` where the caller
+    chooses it later).
+
+    Raises:
+        GenerationError: naming the option, what it takes and what it got.
+    """
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, Integral) or max_tokens < 1
     ):
+        raise GenerationError(f"max_tokens must be a whole number >= 1, got {_short(max_tokens)}.")
+    if not 0 <= _as_float(temperature) < float("inf"):
         raise GenerationError(
             f"temperature must be a finite number >= 0 (0 is greedy), got {_short(temperature)}."
         )
@@ -292,13 +289,37 @@ def _check_arguments(
         raise GenerationError(
             f"seed must be a whole number from 0 to 2**63-1 (as train.seed), got {_short(seed)}."
         )
+
+
+def _as_float(value: Any) -> float:
+    """``value`` as a float; NaN for what is no real number or does not fit one."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return float("nan")
+    try:
+        return float(value)
+    except OverflowError:
+        return float("inf")
+
+
+def _check_arguments(
+    prompt: Any, max_tokens: Any, temperature: Any, top_k: Any, seed: Any = 0
+) -> jax.Array:
+    prompt = jnp.asarray(prompt)
+    if prompt.ndim != 2 or prompt.shape[1] < 1 or not jnp.issubdtype(prompt.dtype, jnp.integer):
+        raise GenerationError(
+            f"the prompt must be token ids of shape (batch, length) with length >= 1, got "
+            f"{prompt.dtype}{list(prompt.shape)}. Pass e.g. jnp.array([[1, 2, 3]])."
+        )
+    check_options(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
     return prompt.astype(jnp.int32)
 
 
 def _short(value: Any) -> str:
     """``repr(value)``, at most 40 characters (a 5,000-digit number is not printed whole)."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
-        return f"a number of {len(str(abs(value))) if abs(value) < 10**4000 else 'over 4,000'} digits"
+        return (
+            f"a number of {len(str(abs(value))) if abs(value) < 10**4000 else 'over 4,000'} digits"
+        )
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 

@@ -53,7 +53,10 @@ def test_eval_takes_overrides_like_train(run, capsys):
     assert "(step 3, the best by val.loss 0.125)" in capsys.readouterr().out
     assert main(["eval", "tiny.yaml", "--checkpoint", "best", "data.typ=npz"]) == 1
     err = capsys.readouterr().err
-    assert "<override data.typ=npz>:1:10: data.typ: unknown argument 'typ' for dataset 'diabetes'" in err
+    assert (
+        "<override data.typ=npz>:1:10: data.typ: unknown argument 'typ' for dataset 'diabetes'"
+        in err
+    )
 
 
 def test_a_checkpoint_that_does_not_fit_the_overridden_model_is_refused(run, capsys):
@@ -73,22 +76,39 @@ def test_a_directory_really_named_best_keeps_its_meaning(run, capsys):
 @pytest.mark.parametrize(
     ("content", "match"),
     [
-        (None, r"no best checkpoint: there is no .*best\.json\. The best is recorded by training "
-               r"with checkpoint\.keep_best"),
-        (b"root:x:0:0:root:/root:/bin/bash\n", r"best\.json is not a record nnx wrote: it holds "
-                                              r"32 bytes that are not a JSON object\."),
-        (b'"root:x:0:0:root:/root:/bin/bash"', r"it holds text of 31 characters, not a JSON object"),
+        (
+            None,
+            r"no best checkpoint: there is no .*best\.json\. The best is recorded by training "
+            r"with checkpoint\.keep_best",
+        ),
+        (
+            b"root:x:0:0:root:/root:/bin/bash\n",
+            r"best\.json is not a record nnx wrote: it holds "
+            r"32 bytes that are not a JSON object\.",
+        ),
+        (
+            b'"root:x:0:0:root:/root:/bin/bash"',
+            r"it holds text of 31 characters, not a JSON object",
+        ),
         (b"[1, 2, 3]", r"it holds a list of 3 items, not a JSON object"),
         (b"\xff\xfe" * 10, r"it holds 20 bytes that are not a JSON object"),
         (b"[" * 100_000, r"it is 100,000 bytes\."),
-        (b'{"step": 3, "directory": "../../../etc"}', r"names no step_N checkpoint directory "
-                                                     r"\(its 'directory' is text of 12 characters\)"),
+        (
+            b'{"step": 3, "directory": "../../../etc"}',
+            r"names no step_N checkpoint directory "
+            r"\(its 'directory' is text of 12 characters\)",
+        ),
         (b'{"directory": ["step_00000003"]}', r"its 'directory' is a list of 1 item\)"),
-        (b'{"directory": "step_00000009"}', r"names step_00000009, which is not a checkpoint "
-                                           r"directory here"),
+        (
+            b'{"directory": "step_00000009"}',
+            r"names step_00000009, which is not a checkpoint "
+            r"directory here",
+        ),
     ],
 )
-def test_a_best_json_that_nnx_did_not_write_is_refused_without_quoting_it(run, capsys, content, match):
+def test_a_best_json_that_nnx_did_not_write_is_refused_without_quoting_it(
+    run, capsys, content, match
+):
     path = run / "best.json"
     path.unlink()
     if content is not None:
@@ -104,7 +124,9 @@ def test_a_best_json_that_is_a_link_or_a_folder_is_refused(run, tmp_path):
     (run / "best.json").unlink()
     (tmp_path / "elsewhere.json").write_text(json.dumps({"directory": "step_00000003"}))
     (run / "best.json").symlink_to(tmp_path / "elsewhere.json")
-    with pytest.raises(CheckpointError, match=r"best\.json is not a record nnx wrote: it is not a regular file"):
+    with pytest.raises(
+        CheckpointError, match=r"best\.json is not a record nnx wrote: it is not a regular file"
+    ):
         resolve_checkpoint("best", _config())
     (run / "best.json").unlink()
     (run / "best.json").mkdir()

@@ -159,8 +159,12 @@ def test_model_max_length():
         (PROMPT, {"seed": -1}, r"seed must be a whole number from 0 to 2\*\*63-1, got -1|got -1"),
         (PROMPT, {"seed": 10**5000}, r"seed must be .*, got a number of over 4,000 digits\."),
         (PROMPT, {"seed": 1.0}, r"seed must be .*, got 1\.0\."),
-        (PROMPT, {"max_tokens": 2**31}, r"max_tokens=2,147,483,648 make 2,147,483,653 positions, "
-                                        r"past the 2,147,483,647 a decoding loop counts"),
+        (
+            PROMPT,
+            {"max_tokens": 2**31},
+            r"max_tokens=2,147,483,648 make 2,147,483,653 positions, "
+            r"past the 2,147,483,647 a decoding loop counts",
+        ),
         (PROMPT, {"top_k": 0}, "top_k must be a whole number >= 1 or None"),
         (
             PROMPT,
