@@ -327,12 +327,6 @@ def _short(value: Any) -> str:
 def _check_length(model: Any, prompt: jax.Array, max_tokens: int) -> int:
     length = prompt.shape[1]
     total = length + max_tokens
-    if total > MAX_POSITIONS:
-        raise GenerationError(
-            f"a prompt of {length:,} tokens and max_tokens={max_tokens:,} make {total:,} "
-            f"positions, past the {MAX_POSITIONS:,} a decoding loop counts (int32). Ask for "
-            f"fewer tokens."
-        )
     limit = _length_limit(model)
     if limit is not None and total > limit[0]:
         raise GenerationError(
@@ -340,6 +334,12 @@ def _check_length(model: Any, prompt: jax.Array, max_tokens: int) -> int:
             f"{total} tokens, past the model's maximum length of {limit[0]} (the max_length of "
             f"its {limit[1]}). Ask for at most {max(limit[0] - length, 0)} new tokens, or "
             f"shorten the prompt."
+        )
+    if total > MAX_POSITIONS:
+        raise GenerationError(
+            f"a prompt of {length:,} tokens and max_tokens={max_tokens:,} make {total:,} "
+            f"positions, past the {MAX_POSITIONS:,} a decoding loop counts (int32). Ask for "
+            f"fewer tokens."
         )
     return total
 

@@ -159,12 +159,6 @@ def test_model_max_length():
         (PROMPT, {"seed": -1}, r"seed must be a whole number from 0 to 2\*\*63-1, got -1|got -1"),
         (PROMPT, {"seed": 10**5000}, r"seed must be .*, got a number of over 4,000 digits\."),
         (PROMPT, {"seed": 1.0}, r"seed must be .*, got 1\.0\."),
-        (
-            PROMPT,
-            {"max_tokens": 2**31},
-            r"max_tokens=2,147,483,648 make 2,147,483,653 positions, "
-            r"past the 2,147,483,647 a decoding loop counts",
-        ),
         (PROMPT, {"top_k": 0}, "top_k must be a whole number >= 1 or None"),
         (
             PROMPT,
@@ -282,6 +276,17 @@ def test_a_length_whose_caches_exceed_memory_is_refused_before_allocating():
         r"[\d,]+ new tokens\.",
     ):
         decode(model, PROMPT[:1], max_tokens=2**31 - 10)
+
+
+def test_past_2_31_positions_is_refused_with_or_without_a_length_limit(model):
+    with pytest.raises(
+        GenerationError,
+        match=r"max_tokens=2,147,483,648 make 2,147,483,653 positions, past the 2,147,483,647 a "
+        r"decoding loop counts \(int32\)",
+    ):
+        decode(no_limit_model(), PROMPT, max_tokens=2**31)
+    with pytest.raises(GenerationError, match=r"past the model's maximum length of 24"):
+        decode(model, PROMPT, max_tokens=2**31)
 
 
 def test_the_most_tokens_that_fit_are_named_and_do_fit(monkeypatch):
