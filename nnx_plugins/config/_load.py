@@ -29,7 +29,7 @@ import yaml
 
 from .._text import suggest
 from ..registry._registry import Registry, default_registry
-from ._compose import INCLUDE, compose
+from ._compose import INCLUDE, compose, held
 from ._errors import ConfigError, Problem
 from ._interpolate import escape, interpolate
 from ._limits import Budget, ConfigLimits
@@ -149,9 +149,11 @@ def _validate(
     paths) is already reported, so what validation says about it is left out."""
     data = source.data
     walker = Walker(source, registry)
-    if not isinstance(data, Mapping):
-        walker.add((), f"expected a mapping with a 'model' section, got {describe(data)}.")
-        raise ConfigError(_in_order(walker.problems, source, unresolved))
+    if not isinstance(data, Mapping):  # (not a config: its type and size, never its content)
+        got = "an empty file" if data is None and not source.problems else held(data, source)
+        raise ConfigError(
+            [source.problem((), f"expected a mapping with a 'model' section, got {got}.")]
+        )
     models = registered_sections(registry)
     known = [*RESERVED, *models]
     sections: dict[str, Any] = {}

@@ -37,6 +37,7 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
+from ..._text import content_kind
 from ._base import Batch, DataError, DataInfo, Dataset, epoch_order
 from ._files import check_size, open_regular
 
@@ -117,8 +118,9 @@ class Vocabulary:
             level == "characters" and not isinstance(characters, str)
         ):
             raise DataError(
-                f"the checkpoint records no text vocabulary (its data record is {dict(state)!r}); "
-                "it was not trained on data of type text."
+                f"the checkpoint records no text vocabulary (its data record, "
+                f"{content_kind(dict(state))}, has no level 'bytes' or 'characters' with its "
+                "characters); it was not trained on data of type text."
             )
         return cls(level, characters if level == "characters" else None)
 

@@ -139,16 +139,56 @@ def test_a_cycle_names_the_chain(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "held"),
-    [("- 1\n- 2\n", r"list \[1, 2\]"), ("just text\n", "str 'just text'"), ("42\n", "int 42")],
+    [
+        ("- 1\n- 2\n", "a list of 2 items in 8 bytes"),
+        ("just text\n", "text of 9 characters in 10 bytes"),
+        ("42\n", r"a number \(int\) in 3 bytes"),
+    ],
 )
 def test_an_included_file_that_is_not_a_mapping_is_refused_at_the_entry(tmp_path, content, held):
     write(tmp_path, **{"part.yaml": content, "main.yaml": "include: [part.yaml]\n" + LINEAR})
     with pytest.raises(
         ConfigError,
         match=rf"main.yaml:1:11: include\[0\]: cannot include .*part.yaml: it holds {held}, not "
-        r"a mapping of sections\. An included file is merged key by key under this one\.",
+        r"a mapping of sections\. An included file is merged key by key under this one; nothing "
+        r"of it was used\.",
     ):
         load_config(tmp_path / "main.yaml")
+
+
+SECRET = "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        SECRET,  # a plain scalar of two lines
+        "password: [1, 2\n",  # a syntax error
+        '"api-key-12345"\n',
+        "- token-abcdef\n- token-ghijkl\n",
+        "!!timestamp 2001-99-99\n",  # a reader problem inside a file that is no config
+        "key: !!binary c2VjcmV0\n",
+    ],
+)
+def test_a_file_that_is_no_config_is_described_never_quoted(tmp_path, secret):
+    """``include: [pw.yaml]`` where pw.yaml links to /etc/passwd quoted the file's first bytes.
+    An error about a file's content names its type and size, never the content."""
+    (tmp_path / "secret.txt").write_text(secret)
+    (tmp_path / "pw.yaml").symlink_to(tmp_path / "secret.txt")
+    write(tmp_path, **{"main.yaml": "include: [pw.yaml]\n" + LINEAR})
+    for config in (tmp_path / "main.yaml", tmp_path / "pw.yaml"):
+        with pytest.raises(ConfigError) as error:
+            load_config(config)
+        text = str(error.value)
+        for word in ("root:", "daemon", "api-key", "token-", "password", "2001", "c2VjcmV0"):
+            assert word not in text.replace(str(tmp_path), ""), text
+    if secret == SECRET:
+        with pytest.raises(
+            ConfigError,
+            match=rf"cannot include .*pw.yaml \(a link to {re.escape(str(tmp_path))}/secret.txt\): "
+            r"it holds text of 79 characters in 80 bytes, not a mapping of sections",
+        ):
+            load_config(tmp_path / "main.yaml")
 
 
 def test_an_empty_included_file_adds_nothing(tmp_path):
