@@ -383,3 +383,30 @@ def test_merge_of_plain_sources():
     assert out.data == {"m": {"x": 1, "y": [3]}, "k": {"z": 0}}
     assert out.problem(("m", "x"), "p").location == "a:1:1"
     assert out.problem(("m", "y", 0), "p").location == "b:2:2"
+
+
+def test_an_included_mapping_that_is_no_config_shows_nothing_of_its_content(tmp_path):
+    """A Kubernetes secret parses as a mapping, and its ``data`` looked like a section: its
+    values were quoted (``Unknown dataset 'aHVudGVyMg=='``)."""
+    secret = "apiVersion: v1\nkind: Secret\ndata:\n  password: c2VjcmV0\n  type: aHVudGVyMg==\n"
+    write(tmp_path, **{"secret.yaml": secret, "main.yaml": "include: [secret.yaml]\n" + LINEAR})
+    with pytest.raises(ConfigError) as error:
+        load_config(tmp_path / "main.yaml")
+    (problem,) = error.value.problems
+    assert problem.location.endswith("secret.yaml:1:1")
+    assert problem.message.startswith(
+        "not a config file: the top-level keys at lines 1, 2 are no config section (nor close "
+        "to one), so nothing of this file is shown or used. Include only config files"
+    )
+    for word in ("apiVersion", "Secret", "c2VjcmV0", "aHVudGVyMg"):
+        assert word not in str(error.value)
+
+
+def test_an_included_config_with_a_misspelt_section_is_reported_as_usual(tmp_path):
+    part = "trian: {steps: 3}\ndata: {type: digitz}\n"
+    write(tmp_path, **{"part.yaml": part, "main.yaml": "include: [part.yaml]\n" + LINEAR})
+    with pytest.raises(ConfigError) as error:
+        load_config(tmp_path / "main.yaml")
+    text = str(error.value)
+    assert "part.yaml:1:1: trian: unknown section 'trian'. Did you mean 'train'?" in text
+    assert "Unknown dataset 'digitz'. Did you mean 'digits'?" in text
