@@ -68,7 +68,11 @@ def test_the_gpt_example_trains_and_generates_by_the_readme_commands(tmp_path, c
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "trained 40 steps in" in out
-    bits = float(re.search(r"bits_per_token ([\d.]+)", out).group(1))
+    bits = float(
+        re.search(
+            r"test: ([\d.]+) bits per byte, perplexity [\d.]+, next-byte accuracy", out
+        ).group(1)
+    )
     assert bits < 6, out
     checkpoint = str(tmp_path / "checkpoints")
     argv = [

@@ -64,8 +64,9 @@ def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
             if group is not None and group.process_id != 0:
                 _quiet_stdout()  # (process 0 reports for all; errors still go to stderr)
             mesh = parse_mesh(args.mesh) if args.mesh is not None else None
+            config = load_config(given[0], overrides=given[1])
             result = train(
-                load_config(given[0], overrides=given[1]),
+                config,
                 run_dir=args.run_dir,
                 resume=args.resume,
                 mesh=mesh,
@@ -91,7 +92,8 @@ def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
             f"{_what_was_trained(result)}; run directory {result.run_dir}", soft_wrap=True
         )
         console.print(f"checkpoint: {result.checkpoint}", soft_wrap=True)
-        console.print(describe_metrics(result.metrics), soft_wrap=True)
+        summary = describe_metrics(result.metrics, token=token_name(config))
+        console.print(summary, soft_wrap=True)
     return 0
 
 
@@ -144,6 +146,20 @@ def _quiet_stdout() -> None:
     os.close(null)
 
 
+def token_name(config: Any) -> str:
+    """What a token of the config's data is, in words (its dataset's ``token_name``:
+    ``byte`` for text read as bytes), for the summary of a language model; ``token`` when the
+    data does not say (or cannot be made: the run reported that already)."""
+    from ..training._config import load_train_config  # (here: listing stays light)
+
+    try:
+        data = load_train_config(config).sections["data"].make()
+    except Exception:  # noqa: BLE001 - only words of a summary depend on it
+        return "token"
+    name = getattr(data, "token_name", "token")
+    return name if isinstance(name, str) and name.isidentifier() else "token"
+
+
 def _what_was_trained(result: Any) -> str:
     """What this command did, in words that stay true after a resume."""
     if result.steps_trained == 0:
@@ -177,10 +193,8 @@ def _eval(args: argparse.Namespace) -> int:
         return 1
     values = {k: v for k, v in metrics.items() if k not in ("step", "checkpoint")}
     why = f", {chosen.note}" if chosen.note else ""
-    print(
-        f"checkpoint {metrics['checkpoint']} (step {metrics['step']}{why}): "
-        f"{describe_metrics(values)}"
-    )
+    summary = describe_metrics(values, token=token_name(config))
+    print(f"checkpoint {metrics['checkpoint']} (step {metrics['step']}{why}): {summary}")
     return 0
 
 

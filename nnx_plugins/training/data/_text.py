@@ -253,6 +253,12 @@ class TextDataset(Dataset):
         return tokens, vocabulary, len(tokens) - held
 
     @property
+    def token_name(self) -> str:
+        """What a token is, in words (``byte`` or ``character``): a language model's summary
+        says bits per it."""
+        return "byte" if self.level == "bytes" else "character"
+
+    @property
     def vocabulary(self) -> Vocabulary:
         return self._corpus[1]
 

@@ -1,6 +1,7 @@
 """nnx generate FILE --checkpoint DIR --prompt TEXT ...: the text on stdout, the numbers on
 stderr; bad input exits 1 with one located line, bad options exit 2."""
 
+import re
 import subprocess
 import sys
 
@@ -161,3 +162,17 @@ def test_the_text_is_written_as_utf_8_whatever_the_locale(monkeypatch):
     monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="ascii"))
     write_text("caf\u00e9 \u20ac\n")
     assert raw.getvalue() == "caf\u00e9 \u20ac\n".encode()
+
+
+def test_the_language_model_summary_uses_the_docs_words(run, capsys):
+    """`nnx eval` (and `nnx train`) of a language model said 'test accuracy' first; it says
+    bits per token in the data's own unit (characters here, bytes for level: bytes)."""
+    folder, config = run
+    assert main(["eval", str(config), "--checkpoint", str(folder / "run" / "checkpoints")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(
+        r"\(step 150\): test: [\d.]+ bits per character, perplexity [\d.]+, next-character "
+        r"accuracy [\d.]+% \(loss [\d.]+ nats per character\)\n",
+        out,
+    ), out
+    assert "test accuracy" not in out and "bits_per_token" not in out
