@@ -34,12 +34,11 @@ import re
 from typing import Any
 
 from .._text import content_kind, os_problem
-from ..training.checkpoints._best import BEST_FILE
-from ..training.checkpoints._save import CheckpointError
 
 __all__ = ["Resolved", "resolve_checkpoint", "BEST", "CHECKPOINT_OPTION"]
 
 BEST = "best"
+BEST_FILE = "best.json"  # (checkpoint.keep_best's record: training.checkpoints._best)
 _MAX_BYTES = 65536
 _STEP_DIRECTORY = re.compile(r"step_\d{1,20}\Z")
 
@@ -89,7 +88,7 @@ def _best_of(root: pathlib.Path) -> Resolved:
     record = _read_record(root, path)
     directory = record.get("directory")
     if not isinstance(directory, str) or not _STEP_DIRECTORY.match(directory):
-        raise CheckpointError(
+        raise _refused(
             root,
             [
                 f"{BEST_FILE} names no step_N checkpoint directory (its 'directory' is "
@@ -99,7 +98,7 @@ def _best_of(root: pathlib.Path) -> Resolved:
         )
     chosen = root / directory
     if not (chosen.is_dir() and not chosen.is_symlink()):
-        raise CheckpointError(
+        raise _refused(
             root,
             [
                 f"{BEST_FILE} names {directory}, which is not a checkpoint directory here "
@@ -117,7 +116,7 @@ def _read_record(root: pathlib.Path, path: pathlib.Path) -> dict[str, Any]:
     """The record of ``best.json``: a JSON object read within `_MAX_BYTES`, never quoted."""
     if not os.path.lexists(path):
         where = f"{root} does not exist" if not root.exists() else f"there is no {path}"
-        raise CheckpointError(
+        raise _refused(
             root,
             [
                 f"no best checkpoint: {where}. The best is recorded by training with "
@@ -128,21 +127,28 @@ def _read_record(root: pathlib.Path, path: pathlib.Path) -> dict[str, Any]:
     refused = f"{BEST_FILE} is not a record nnx wrote"
     try:
         if path.is_symlink() or not path.is_file():
-            raise CheckpointError(root, [f"{refused}: it is not a regular file."])
+            raise _refused(root, [f"{refused}: it is not a regular file."])
         size = path.stat().st_size
         if size > _MAX_BYTES:
-            raise CheckpointError(root, [f"{refused}: it is {size:,} bytes."])
+            raise _refused(root, [f"{refused}: it is {size:,} bytes."])
         raw = path.read_bytes()
     except OSError as error:
-        raise CheckpointError(root, [f"cannot read {path}: {os_problem(error)}."]) from None
+        raise _refused(root, [f"cannot read {path}: {os_problem(error)}."]) from None
     try:
         record = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError):
-        raise CheckpointError(
+        raise _refused(
             root, [f"{refused}: it holds {len(raw):,} bytes that are not a JSON object."]
         ) from None
     if not isinstance(record, dict):
-        raise CheckpointError(
+        raise _refused(
             root, [f"{refused}: it holds {content_kind(record)}, not a JSON object."]
         )
     return record
+
+
+def _refused(root: pathlib.Path, problems: list[str]) -> Exception:
+    """A `CheckpointError` (imported here: the listing commands import this module)."""
+    from ..training.checkpoints._save import CheckpointError  # (here: listing stays light)
+
+    return CheckpointError(root, problems)

@@ -146,3 +146,10 @@ def _config():
     from nnx_plugins.training._config import load_train_config
 
     return load_train_config("tiny.yaml")
+
+
+def test_the_record_read_is_the_one_keep_best_writes():
+    from nnx_plugins.cli import _checkpoint
+    from nnx_plugins.training.checkpoints import _best
+
+    assert _checkpoint.BEST_FILE == _best.BEST_FILE
