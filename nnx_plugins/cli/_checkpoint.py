@@ -141,9 +141,7 @@ def _read_record(root: pathlib.Path, path: pathlib.Path) -> dict[str, Any]:
             root, [f"{refused}: it holds {len(raw):,} bytes that are not a JSON object."]
         ) from None
     if not isinstance(record, dict):
-        raise _refused(
-            root, [f"{refused}: it holds {content_kind(record)}, not a JSON object."]
-        )
+        raise _refused(root, [f"{refused}: it holds {content_kind(record)}, not a JSON object."])
     return record
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import nnx_core as nnx
-from nnx_layers import Embed, Linear, MultiHeadAttention, PositionEmbed, Sequential
 import nnx_plugins.generation._decode as decoding
+from nnx_layers import Embed, Linear, MultiHeadAttention, PositionEmbed, Sequential
 from nnx_plugins.generation._decode import (
     MAX_SEED,
     GenerationError,

@@ -16,7 +16,6 @@ from nnx_plugins import (
     generate,
     train,
 )
-
 from nnx_plugins.training._loop import build_model
 
 from .gpt import gpt_config
