@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import stat
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -75,8 +76,14 @@ def check_output(path: str, *, overwrite: bool, input_path: str) -> None:
     if not os.path.isdir(folder):
         raise PredictError(f"--output {path}: the folder {folder} does not exist; create it first.")
     if os.path.lexists(path):
-        if os.path.isdir(path) and not os.path.islink(path):
+        mode = os.lstat(path).st_mode
+        if stat.S_ISDIR(mode):
             raise PredictError(f"--output {path} is a directory; give a file name.")
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):  # (a device, a FIFO: not replaced)
+            raise PredictError(
+                f"--output {path} is not a regular file (a device, a FIFO or a socket); nnx "
+                "predict writes a file of its own: give a file name."
+            )
         if os.path.exists(input_path) and os.path.samefile(path, input_path):
             raise PredictError(f"--output {path} is the input file; give another file name.")
         if not overwrite:

@@ -37,6 +37,7 @@ import io
 import os
 import warnings
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -57,18 +58,33 @@ def _problem(path: str, text: str, key: str = "path") -> DataError:
     return DataError(f"{path}: {text}", key=key)
 
 
+class _Bounded(io.RawIOBase):
+    """At most ``limit`` bytes of ``handle``: what its size was when it was checked (a file
+    that grows while it is read, or a /proc file claiming size 0, is not read past it)."""
+
+    def __init__(self, handle: Any, limit: int):
+        self.handle, self.left = handle, limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer)[: self.left]
+        got = self.handle.readinto(view) if len(view) else 0
+        self.left -= got or 0
+        return got or 0
+
+
 @contextlib.contextmanager
 def _opened(path: str) -> Iterator[tuple[io.TextIOWrapper, int]]:
     """The file as UTF-8 text (a byte-order mark dropped, line ends kept for the ``csv``
-    reader) and its size, after checking that reading it fits `data_limit`."""
+    reader) and its size, after checking that reading it fits `data_limit`; never more than
+    that size is read."""
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
         check_size(size * _EXPANSION, f"{path} (CSV, {size:,} bytes)")
-        text = io.TextIOWrapper(handle, encoding="utf-8-sig", newline="")
-        try:
-            yield text, size
-        finally:
-            text.detach()
+        raw = io.BufferedReader(_Bounded(handle, size))
+        yield io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""), size
 
 
 def _not_utf_8(path: str) -> DataError:
@@ -76,7 +92,8 @@ def _not_utf_8(path: str) -> DataError:
     decoder = codecs.getincrementaldecoder("utf-8")()
     offset = lines = 0
     with open_regular(path) as handle:
-        for chunk in iter(lambda: handle.read(1 << 16), b""):
+        bounded = io.BufferedReader(_Bounded(handle, os.fstat(handle.fileno()).st_size))
+        for chunk in iter(lambda: bounded.read(1 << 16), b""):
             try:
                 decoder.decode(chunk)
             except UnicodeDecodeError as error:
@@ -198,6 +215,14 @@ def _nonfinite(path: str, name: str, row: int, delimiter: str) -> DataError:
 def _columns(path: str, names: list[str], columns: Sequence[str], key: str) -> list[int]:
     use = []
     for column in columns:
+        if column not in names and len(names) == 1:  # (no CSV: its first line is not shown)
+            raise _problem(
+                path,
+                f"the header is one column of {len(names[0]):,} characters and has no column "
+                f"{column[:40]!r}: it is not a CSV file with the delimiter given (set "
+                "data.delimiter to the character between its cells).",
+                key,
+            )
         if column not in names:
             shown = ", ".join(repr(n[:40]) for n in names[:20]) + (
                 " ..." if len(names) > 20 else ""

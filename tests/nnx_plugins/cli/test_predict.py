@@ -2,6 +2,7 @@
 the model's outputs; every bad input refused before the model runs, the output whole or absent."""
 
 import os
+import stat
 
 import jax.numpy as jnp
 import numpy as np
@@ -249,3 +250,16 @@ def test_a_bad_batch_size_is_a_usage_error(classifier, capsys, value):
         main([*argv, "--output", "o.csv", "--batch-size", value])
     assert stop.value.code == 2
     assert "expected a whole number from 1 to 1,000,000" in capsys.readouterr().err
+
+
+def test_a_fifo_or_device_is_never_replaced_even_with_overwrite(classifier, tmp_path, capsys):
+    os.mkfifo(tmp_path / "fifo.csv")
+    argv = ["predict", "clf.yaml", "--checkpoint", "best", "--input", "train.csv"]
+    assert main([*argv, "--output", "fifo.csv", "--overwrite"]) == 1
+    assert (
+        "--output fifo.csv is not a regular file (a device, a FIFO or a socket); nnx predict "
+        "writes a file of its own"
+    ) in capsys.readouterr().err
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo.csv").st_mode)
+    assert main([*argv, "--output", "/dev/null", "--overwrite"]) == 1  # (no extension either)
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")

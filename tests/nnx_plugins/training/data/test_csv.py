@@ -177,3 +177,33 @@ def test_a_bad_argument_is_located_in_the_config(tmp_path):
         ConfigError, match=r"run.yaml:2:\d+: data.test_fraction: .*test_fraction must be in"
     ):
         load_train_config(load_config(tmp_path / "run.yaml"))
+
+
+def test_a_file_with_no_delimiter_is_not_quoted_and_the_delimiter_named(tmp_path):
+    path = write(tmp_path, "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/:/sbin/nologin\n")
+    with pytest.raises(
+        DataError,
+        match=r"the header is one column of 31 characters and has no column 'y': it is not a "
+        r"CSV file with the delimiter given \(set data\.delimiter",
+    ) as error:
+        CsvDataset(path, target="y").describe()
+    assert "root" not in str(error.value).replace(str(tmp_path), "")
+    data = CsvDataset(write(tmp_path, "a;b\n1;2\n3;4\n", "semi.csv"), target="b", delimiter=";")
+    assert data.x_train.tolist() == [[1.0]]
+
+
+def test_no_more_than_the_size_checked_is_read(tmp_path, monkeypatch):
+    """A file that claims a size (a /proc file claims 0) is read no further than it."""
+    import os as os_module
+
+    path = write(tmp_path, "a,b\n" + "1,2\n" * 50)
+    real = os_module.fstat
+
+    def shrunk(fd):
+        info = real(fd)
+        return os_module.stat_result((*info[:6], 12, *info[7:]))  # (st_size: 12 bytes)
+
+    from nnx_plugins.training.data import _csv
+
+    monkeypatch.setattr(_csv.os, "fstat", shrunk)
+    np.testing.assert_array_equal(read_csv(path, ["a", "b"]), [[1, 2], [1, 2]])
