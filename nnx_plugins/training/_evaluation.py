@@ -48,6 +48,18 @@ def _number(key: str, value: float) -> str:
     return f"{value:.4f}" if key == "loss" else f"{value:.4g}"
 
 
+def _language_model_line(metrics: dict[str, float], token: str) -> str:
+    words = {
+        "bits_per_token": lambda v: f"{v:.3g} bits per {token}",
+        "perplexity": lambda v: f"perplexity {v:.3g}",
+        "accuracy": lambda v: f"next-{token} accuracy {v:.2%}",
+    }
+    shown = [words[k](metrics[k]) for k in words if k in metrics]
+    shown += [f"{k} {_number(k, v)}" for k, v in metrics.items() if k not in (*words, "loss")]
+    loss = f" (loss {metrics['loss']:.4f} nats per {token})" if "loss" in metrics else ""
+    return f"test: {', '.join(shown)}{loss}"
+
+
 def describe_metrics(metrics: dict[str, float], *, token: str = "token") -> str:
     """The summary line of a run's final test metrics; a language model's (``bits_per_token``
     among them) in the words of the docs, ``token`` naming what a token is (``byte`` for
@@ -71,18 +83,6 @@ def describe_metrics(metrics: dict[str, float], *, token: str = "token") -> str:
         f"{k} {v:.4f}" if k == "loss" and abs(v) < 1000 else f"{k} {v:.5g}"
         for k, v in metrics.items()
     )
-
-
-def _language_model_line(metrics: dict[str, float], token: str) -> str:
-    words = {
-        "bits_per_token": lambda v: f"{v:.3g} bits per {token}",
-        "perplexity": lambda v: f"perplexity {v:.3g}",
-        "accuracy": lambda v: f"next-{token} accuracy {v:.2%}",
-    }
-    shown = [words[k](metrics[k]) for k in words if k in metrics]
-    shown += [f"{k} {_number(k, v)}" for k, v in metrics.items() if k not in (*words, "loss")]
-    loss = f" (loss {metrics['loss']:.4f} nats per {token})" if "loss" in metrics else ""
-    return f"test: {', '.join(shown)}{loss}"
 
 
 def evaluation_line(step: int, total: int, split: str, metrics: dict[str, float]) -> str:

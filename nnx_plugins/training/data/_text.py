@@ -37,7 +37,6 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
-from ..._text import content_kind
 from ._base import Batch, DataError, DataInfo, Dataset, epoch_order
 from ._files import check_size, open_regular
 
@@ -118,8 +117,8 @@ class Vocabulary:
             level == "characters" and not isinstance(characters, str)
         ):
             raise DataError(
-                f"the checkpoint records no text vocabulary (its data record, "
-                f"{content_kind(dict(state))}, has no level 'bytes' or 'characters' with its "
+                f"the checkpoint records no text vocabulary (its data record, a mapping of "
+                f"{len(state):,} keys, has no level 'bytes' or 'characters' with its "
                 "characters); it was not trained on data of type text."
             )
         return cls(level, characters if level == "characters" else None)
