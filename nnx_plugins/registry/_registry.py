@@ -338,9 +338,9 @@ class Registry:
                 )
         if namespace and not notes:
             notes.append(self._namespace_note(kind, namespace))
+        listing = _known_names(kind, known) if len(known) <= _LISTED or not (close or notes) else ""
         return UnknownNameError(
-            f"Unknown {NOUN[kind]} {name!r}.{hint}{''.join(notes)}{_known_names(kind, known)}",
-            suggestions=close,
+            f"Unknown {NOUN[kind]} {name!r}.{hint}{''.join(notes)}{listing}", suggestions=close
         )
 
     def _namespace_note(self, kind: str, namespace: str) -> str:
@@ -510,7 +510,7 @@ _LISTING = {
 
 def _known_names(kind: str, known: list[str]) -> str:
     """`` Registered datasets: csv, digits, ...`` (a short list), or the command that lists a
-    long one."""
+    long one (named only when nothing closer was suggested)."""
     noun = NOUN[kind]
     plural = noun + "s" if not noun.endswith("s") else noun
     if not known:
