@@ -91,6 +91,16 @@ _EXPORTS = {
     "Generation": ".generation._generate",
     "GenerationError": ".generation._decode",
     "decode": ".generation._decode",
+    # pretrained models and tokenizers
+    "import_hf": ".pretrained._import",
+    "Imported": ".pretrained._import",
+    "PretrainedError": ".pretrained._errors",
+    "Converter": ".pretrained._convert",
+    "Rule": ".pretrained._convert",
+    "Tokenizer": ".training.data._tokenizers",
+    "TokenizerError": ".training.data._tokenizers",
+    "register_tokenizer": ".registry._run_parts",
+    "register_converter": ".registry._run_parts",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -184,3 +194,12 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .training.data._text import Vocabulary as Vocabulary
     from .training.loggers._base import Logger as Logger
     from .training.tasks._base import Task as Task
+    from .pretrained._convert import Converter as Converter
+    from .pretrained._convert import Rule as Rule
+    from .pretrained._errors import PretrainedError as PretrainedError
+    from .pretrained._import import Imported as Imported
+    from .pretrained._import import import_hf as import_hf
+    from .registry._run_parts import register_converter as register_converter
+    from .registry._run_parts import register_tokenizer as register_tokenizer
+    from .training.data._tokenizers import Tokenizer as Tokenizer
+    from .training.data._tokenizers import TokenizerError as TokenizerError
