@@ -333,11 +333,20 @@ def _write(
             shutil.rmtree(temporary, ignore_errors=True)
 
 
+class _Plain(yaml.SafeDumper):
+    """Writes repeated values out in full (no ``&id001`` anchors): the file is for reading."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def _write_config(path: pathlib.Path, config: dict[str, Any], source: Source) -> None:
     head = (
         f"# {source.architecture} imported from {source.directory.resolve()} by nnx import hf.\n"
         "# The weights are in checkpoint/ (nnx generate config.yaml --checkpoint checkpoint);\n"
         "# fine-tune on your text with: nnx train config.yaml data.path=notes.txt\n"
     )
-    body = yaml.safe_dump(config, sort_keys=False, default_flow_style=None, width=100)
+    body = yaml.dump(
+        config, Dumper=_Plain, sort_keys=False, default_flow_style=None, width=100
+    )
     path.write_text(head + body, encoding="utf-8")

@@ -68,7 +68,12 @@ def _config(config: Mapping[str, Any]) -> dict[str, Any]:
     }
     if not flag(config, "tie_word_embeddings", True):
         vocab = model["embed"]["num_embeddings"]
-        model["head"] = {"type": "Linear", "in_features": width, "out_features": vocab, "use_bias": False}
+        model["head"] = {
+            "type": "Linear",
+            "in_features": width,
+            "out_features": vocab,
+            "use_bias": False,
+        }
     return {"model": model, "task": {"type": "language_model"}}
 
 
