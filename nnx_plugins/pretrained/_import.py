@@ -43,6 +43,7 @@ from ..registry._errors import PluginError
 from ..registry._registry import Registry, default_registry
 from ..training._config import load_train_config
 from ..training.data._base import DataError
+from ..training.data._tokenizers import HFTokenizer, TokenizerError
 from ._convert import Converter, plan
 from ._errors import PretrainedError
 from ._source import CONFIG, Source
@@ -164,8 +165,13 @@ def _with_param_dtype(node: Any, dtype: str, registry: Registry) -> Any:
 
 
 def _tokenizer_section(source: Source) -> dict[str, Any] | None:
+    """The ``tokenizer:`` section of the source's tokenizer.json (checked: it must load)."""
     if source.tokenizer is None:
         return None
+    try:
+        HFTokenizer(str(source.tokenizer)).vocab_size  # noqa: B018 - reads and parses it
+    except TokenizerError as error:
+        raise PretrainedError(source.tokenizer, error.message) from None
     section: dict[str, Any] = {"type": "hf", "path": "tokenizer.json"}
     eos = source.generation.get("eos_token_id", source.config.get("eos_token_id"))
     eos = [eos] if isinstance(eos, int) else eos
@@ -346,7 +352,5 @@ def _write_config(path: pathlib.Path, config: dict[str, Any], source: Source) ->
         "# The weights are in checkpoint/ (nnx generate config.yaml --checkpoint checkpoint);\n"
         "# fine-tune on your text with: nnx train config.yaml data.path=notes.txt\n"
     )
-    body = yaml.dump(
-        config, Dumper=_Plain, sort_keys=False, default_flow_style=None, width=100
-    )
+    body = yaml.dump(config, Dumper=_Plain, sort_keys=False, default_flow_style=None, width=100)
     path.write_text(head + body, encoding="utf-8")

@@ -70,13 +70,16 @@ def read_json(path: pathlib.Path, what: str) -> dict[str, Any]:
     """
     try:
         size = path.stat().st_size
-        if size > MAX_JSON_BYTES:
-            raise PretrainedError(
-                path,
-                f"{what} is {size:,} bytes, more than the {MAX_JSON_BYTES:,} such a file may have "
-                "(nnx_plugins.pretrained._source.MAX_JSON_BYTES); it is not a file transformers "
-                "wrote",
-            )
+    except OSError as error:
+        raise PretrainedError(path, f"{what} cannot be read: {os_problem(error)}") from None
+    if size > MAX_JSON_BYTES:
+        raise PretrainedError(
+            path,
+            f"{what} is {size:,} bytes, more than the {MAX_JSON_BYTES:,} such a file may have "
+            "(nnx_plugins.pretrained._source.MAX_JSON_BYTES); it is not a file transformers "
+            "wrote",
+        )
+    try:
         with open(path, encoding="utf-8") as handle:
             value = json.load(handle)
     except OSError as error:
