@@ -367,10 +367,43 @@ def to_transformers(
         for target in rule.targets:
             if target not in state:
                 raise PretrainedError(
-                    "export",
-                    f"the parameter {target!r} (for {name}) is not in the model's state",
+                    "the model",
+                    f"the table reads the parameter {target!r} (for {name}), which the "
+                    "model does not have",
+                    action="export",
                 )
             value = np.asarray(state[target])
             parts.append(value[layer] if layer is not None else value)
         tensors[name] = backward(rule, parts)
     return tensors
+
+
+class MemorySource:
+    """A checkpoint held in memory (``name -> array``) with its ``config.json``: what `plan`
+    reads, for tests and round trips.
+
+    Example:
+        >>> import numpy as np
+        >>> from nnx_plugins.pretrained._convert import MemorySource
+        >>> source = MemorySource({"n_layer": 1}, {"w": np.zeros((2, 3), np.float32)})
+        >>> source.names(), source.shape("w"), source.dtype("w").name
+        (['w'], (2, 3), 'float32')
+    """
+
+    def __init__(self, config: Mapping[str, Any], tensors: Mapping[str, np.ndarray]):
+        self._config, self._tensors = dict(config), {k: np.asarray(v) for k, v in tensors.items()}
+
+    def names(self) -> list[str]:
+        return sorted(self._tensors)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._tensors[name].shape)
+
+    def dtype(self, name: str) -> np.dtype:
+        return self._tensors[name].dtype
+
+    def array(self, name: str) -> np.ndarray:
+        return self._tensors[name]
+
+    def settings(self) -> Mapping[str, Any]:
+        return self._config

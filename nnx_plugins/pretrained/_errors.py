@@ -25,7 +25,7 @@ class PretrainedError(NnxError, ValueError):
         problem: what is wrong with it, and how to fix it.
     """
 
-    def __init__(self, where: str | os.PathLike[str], problem: str):
+    def __init__(self, where: str | os.PathLike[str], problem: str, *, action: str = "import"):
         self.where = os.fspath(where)
         self.problem = problem
-        super().__init__(f"cannot import {self.where}: {problem}")
+        super().__init__(f"cannot {action} {self.where}: {problem}")

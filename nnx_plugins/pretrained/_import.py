@@ -299,8 +299,8 @@ def _abstract_model(config: dict[str, Any], name: str, source: Source) -> Any:
     except (PluginError, DataError, ValueError) as error:
         raise PretrainedError(
             where,
-            f"the config the converter {name} made from it is invalid: {error}. The converter "
-            "does not handle this config.json",
+            f"the converter {name} does not handle this config.json: the config it made is "
+            f"invalid ({str(error).rstrip('.')})",
         ) from None
 
 

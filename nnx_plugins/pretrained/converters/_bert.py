@@ -67,7 +67,11 @@ def _config(config: Mapping[str, Any]) -> dict[str, Any]:
         },
         "transform": {
             "type": "Sequential",
-            "layers": [{"type": "Linear", "in_features": width, "out_features": width}, act, norm],
+            "layers": [
+                {"type": "Linear", "in_features": width, "out_features": width},
+                act if isinstance(act, dict) else {"type": act},
+                norm,
+            ],
         },
         "type_embed": {
             "type": "Embed",
