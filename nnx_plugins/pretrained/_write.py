@@ -5,7 +5,9 @@ The result is the nnx checkpoint format `nnx_plugins.save` writes (``tensors.saf
 first (every shape is known from the abstract model), then each parameter's bytes, layer by
 layer, straight from the memory-mapped source through its transform; the sha256 is computed as
 the bytes go out. At no time does a whole model sit in memory (`nnx_plugins.save` holds the
-model's arrays and their bytes: two copies): the most held at once is one layer's tensor.
+model's arrays and their bytes: two copies): the most held at once is a few layers' tensors.
+The tensor file is not fsync'ed (the manifest is): after a crash a torn file fails the sha256
+check `nnx_plugins.load` makes, and the import is run again.
 
 Example:
     >>> import numpy as np
@@ -22,8 +24,10 @@ import hashlib
 import json
 import math
 import os
+import queue
 import struct
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -79,6 +83,49 @@ def safetensors_header(entries: Sequence[tuple[str, np.dtype, tuple[int, ...]]])
     return struct.pack("<Q", len(text)) + text
 
 
+def _arrays(parameters: Sequence[Parameter]) -> Iterator[np.ndarray]:
+    for parameter in parameters:
+        stored = stored_dtype(np.dtype(parameter.dtype))
+        for array in parameter.arrays():
+            yield np.ascontiguousarray(array).view(stored)
+
+
+def _ahead(arrays: Iterator[np.ndarray], depth: int = 2) -> Iterator[np.ndarray]:
+    """``arrays``, made in a thread while the caller writes the previous ones: the transposes
+    and the hashing and writing (all of which release the GIL) run on two cores. At most
+    ``depth`` arrays wait, so memory stays bounded."""
+    waiting: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    done = object()
+    failure: list[BaseException] = []
+    stop = threading.Event()
+
+    def make() -> None:
+        try:
+            for array in arrays:
+                while not stop.is_set():
+                    try:
+                        waiting.put(array, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+        except BaseException as error:  # noqa: BLE001 - handed to the writing thread
+            failure.append(error)
+        waiting.put(done)
+
+    worker = threading.Thread(target=make, name="nnx-import-tensors", daemon=True)
+    worker.start()
+    try:
+        while (item := waiting.get()) is not done:
+            yield item
+        if failure:
+            raise failure[0]
+    finally:
+        stop.set()
+        worker.join()
+
+
 class _Hashing:
     """A file writer that hashes what it writes."""
 
@@ -131,12 +178,8 @@ def write_checkpoint(
     with open(os.path.join(folder, TENSORS), "wb") as handle:
         out = _Hashing(handle)
         out.write(safetensors_header(names))
-        for parameter in parameters:
-            stored = stored_dtype(np.dtype(parameter.dtype))
-            for array in parameter.arrays():
-                out.write(np.ascontiguousarray(array).view(stored))
-        handle.flush()
-        os.fsync(handle.fileno())
+        for array in _ahead(_arrays(parameters)):
+            out.write(array)
     manifest = {
         **header(None, config, None, FORMAT_VERSION, has_optimizer=False, run=run),
         "tensors": TENSORS,

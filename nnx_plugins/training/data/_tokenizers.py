@@ -17,7 +17,7 @@ Example:
     [104, 195, 169]
     >>> tokenizer = HFTokenizer("tests/fixtures/hf/llama/tokenizer.json")
     >>> ids = tokenizer.encode("The quick brown fox")
-    >>> ids[0] == tokenizer.bos_token_id, tokenizer.decode(ids)
+    >>> int(ids[0]) == tokenizer.bos_token_id, tokenizer.decode(ids)
     (True, 'The quick brown fox')
     >>> stream = tokenizer.stream()
     >>> "".join(stream.step(int(i)) for i in ids)
