@@ -21,24 +21,10 @@ from ._checks import check_positive_int, check_sequence_shape
 from ._constraints import Size
 from ._conv import Conv
 from ._linear import Embed, Linear
+from ._transformer import name_axes as _name_axes
+from ._transformer import norm_axes as _norm_axes
 
 __all__ = ["CausalLM", "MaskedLM", "ImageClassifier", "default_positions"]
-
-
-def _name_axes(module: Any, names: dict[str, tuple[Any, ...]]) -> None:
-    """Give ``module``'s Variables named in ``names`` those logical axis names, unless they
-    have some already (a config's ``*_metadata`` wins)."""
-    if module is None:
-        return
-    for attribute, axes in names.items():
-        variable = getattr(module, attribute, None)
-        if variable is not None and not variable.has_metadata("sharding_names"):
-            if len(axes) == variable.ndim:
-                variable.set_metadata(sharding_names=axes)
-
-
-def _norm_axes(norm: Any) -> None:
-    _name_axes(norm, {"scale": ("embed",), "bias": ("embed",)})
 
 
 def _tokens(layer: str, tokens: Any) -> jax.Array:
@@ -332,6 +318,9 @@ class MaskedLM(Module):
         _name_axes(type_embed, {"embedding": (None, "embed")})
         _name_axes(head, {"kernel": ("embed", "vocab"), "bias": ("vocab",)})
         _norm_axes(embed_norm)
+        for _, layer in transform.iter_modules():
+            _name_axes(layer, {"kernel": ("embed", None), "bias": (None,)})
+            _norm_axes(layer)
 
     def __call__(
         self,
@@ -440,7 +429,7 @@ class ImageClassifier(Module):
             draw(rngs.params(), (count, features), param_dtype), sharding_names=(None, "embed")
         )
         _name_axes(patch_embed, {"kernel": (None, None, None, "embed"), "bias": ("embed",)})
-        _name_axes(head, {"kernel": ("embed", None)})
+        _name_axes(head, {"kernel": ("embed", None), "bias": (None,)})
         _norm_axes(norm)
 
     def __call__(self, images: jax.Array) -> jax.Array:

@@ -92,6 +92,22 @@ def _project(linear: Linear, x: jax.Array, scale: float) -> jax.Array:
     return linear(x)
 
 
+def name_axes(module: Any, names: dict[str, tuple[Any, ...]]) -> None:
+    """Give ``module``'s Variables named in ``names`` those logical axis names, unless they
+    have some already (a config's ``*_metadata`` wins)."""
+    if module is None:
+        return
+    for attribute, axes in names.items():
+        variable = getattr(module, attribute, None)
+        if variable is not None and not variable.has_metadata("sharding_names"):
+            if len(axes) == variable.ndim:
+                variable.set_metadata(sharding_names=axes)
+
+
+def norm_axes(norm: Any) -> None:
+    name_axes(norm, {"scale": ("embed",), "bias": ("embed",)})
+
+
 def _check_bool(layer: str, name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{layer} {name} must be True or False, got {value!r}.")
@@ -598,6 +614,8 @@ class TransformerBlock(Module):
                 raise TypeError(f"TransformerBlock {name} must be a layer, got {layer!r}.")
         self.attention, self.mlp = attention, mlp
         self.attention_norm, self.mlp_norm = attention_norm, mlp_norm
+        norm_axes(attention_norm)
+        norm_axes(mlp_norm)
         self.post_norm = _check_bool("TransformerBlock", "post_norm", post_norm)
 
     def __call__(

@@ -92,7 +92,9 @@ def test_a_converter_naming_a_parameter_the_model_lacks_fails_the_check(nnx_regi
         layers=lambda c: 0,
     )
     register_converter("checks.Wrong", wrong)
-    with pytest.raises(PartCheckError, match="cannot export the model: the table reads the parameter 'weights'"):
+    with pytest.raises(
+        PartCheckError, match="cannot export the model: the table reads the parameter 'weights'"
+    ):
         check_converter("checks.Wrong", {})
 
 

@@ -86,3 +86,28 @@ def test_a_bfloat16_checkpoint_stays_bfloat16_unless_dtype_says(tmp_path):
     assert wide.dtype == "float32" and weights.dtype == jnp.float32
     expected = tensors["model.layers.1.mlp.up_proj.weight"].astype(ml_dtypes.bfloat16).T
     np.testing.assert_array_equal(np.asarray(weights[1]), expected.astype(np.float32))
+
+
+def test_an_imported_model_decodes_a_left_padded_batch_as_transformers_computes_it(imported):
+    """Mistral (grouped heads, sliding window 4): the prompt as one chunk, then a token per step,
+    equals transformers' logits of the whole padded batch."""
+    model, ref = _model(imported("mistral")), reference("mistral")
+    tokens, mask = ref["padded_input_ids"], ref["padded_attention_mask"].astype(bool)
+    model.set_attributes(decode=True)
+    model.init_cache((tokens.shape[0], tokens.shape[1] + 1, model.features))
+    step = nnx.jit(lambda model, x, m: model(x, mask=m))
+    split = tokens.shape[1] - 3
+    pieces = [step(model, tokens[:, :split], mask[:, :split])]
+    pieces += [
+        step(model, tokens[:, t : t + 1], mask[:, t : t + 1]) for t in range(split, tokens.shape[1])
+    ]
+    decoded = np.concatenate([np.asarray(p) for p in pieces], axis=1)
+    assert relative_error(decoded[mask], ref["padded_logits"][mask]) <= TOLERANCE
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert", "vit"])
+def test_every_imported_parameter_has_logical_axis_names(family, imported):
+    entries = nnx_plugins.read_manifest(imported(family) / "checkpoint")["entries"]
+    for key, entry in entries.items():
+        names = entry["metadata"].get("sharding_names")
+        assert names is not None and len(names) == len(entry["shape"]), key
