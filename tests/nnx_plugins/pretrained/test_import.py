@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import struct
 import subprocess
 import sys
@@ -310,3 +311,29 @@ def test_only_pytorch_weights(tmp_path, copy_of):
 
 def test_a_bad_dtype(tmp_path):
     _refused(FIXTURES / "llama", tmp_path / "out", "--dtype must be one of", dtype="int8")
+
+
+def test_a_full_disk_leaves_nothing_behind(tmp_path, monkeypatch):
+    import errno
+
+    def full(folder, *args, **kwargs):
+        (pathlib.Path(folder) / "tensors.safetensors").write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("nnx_plugins.pretrained._import.write_checkpoint", full)
+    _refused(
+        FIXTURES / "vit",
+        tmp_path / "out",
+        r"writing it failed: no space left on the device \(ENOSPC\); nothing was left behind",
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_an_interrupted_import_leaves_nothing_behind(tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("nnx_plugins.pretrained._import.write_checkpoint", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        import_hf(FIXTURES / "vit", tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
