@@ -24,13 +24,13 @@ from typing import Any
 
 from .._text import suggest
 from ..registry._errors import PluginError
-from . import _config, _generate, _names, _plugins, _predict, _run_parts, _train
+from . import _config, _generate, _import, _names, _plugins, _predict, _run_parts, _train
 from ._config import usage_error
 from ._output import fail, keep_stderr, plugin_warnings_as_lines, registry, report
 
 __all__ = ["main", "build_parser", "version_text"]
 
-_GROUPS = (_plugins, _names, _run_parts, _config, _train, _generate, _predict)
+_GROUPS = (_plugins, _names, _run_parts, _config, _train, _generate, _import, _predict)
 
 
 def build_parser() -> argparse.ArgumentParser:
