@@ -261,8 +261,10 @@ class TextDataset(Dataset):
 
     @property
     def token_name(self) -> str:
-        """What a token is, in words (``byte`` or ``character``): a language model's summary
-        says bits per it."""
+        """What a token is, in words (``byte``, ``character``, or ``token`` with a
+        tokenizer): a language model's summary says bits per it."""
+        if self.tokenizer is not None:
+            return "token"
         return "byte" if self.level == "bytes" else "character"
 
     @property

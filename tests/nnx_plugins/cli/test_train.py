@@ -150,6 +150,8 @@ def test_the_summary_names_tokens_in_the_datas_words(tmp_path):
     assert token_name({"model": model, "data": {**text, "level": "bytes"}}) == "byte"
     assert token_name({"model": model, "data": {**text, "level": "characters"}}) == "character"
     assert token_name({"model": model, "data": {"type": "digits"}}) == "token"
+    tokenized = {**text, "tokenizer": {"type": "hf", "path": str(tmp_path / "t.json")}}
+    assert token_name({"model": model, "data": tokenized}) == "token"
     metrics = {"loss": 2.0, "accuracy": 0.5, "bits_per_token": 2.885, "top_5_accuracy": 0.9}
     assert describe_metrics(metrics) == (
         "test: 2.88 bits per token, next-token accuracy 50.00%, top_5_accuracy 90.00% (loss "
