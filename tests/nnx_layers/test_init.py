@@ -27,6 +27,8 @@ def test_public_names():
         "RNNCellBase",
         "pool",
         "promote_dtype",
+        "rope_frequencies",
+        "default_positions",
     }  # (no config spelling)
     assert set(nnx_layers.__all__) == builtin | kinds | others
     for name, target in entry_points.items():

@@ -1,5 +1,13 @@
 """Shared corpus: the smallest valid arguments of every registered layer (activations need none)."""
 
+_BLOCK = {
+    "type": "TransformerBlock",
+    "attention": {"type": "SelfAttention", "in_features": 8, "num_heads": 2},
+    "mlp": {"type": "MLP", "features": 8, "hidden": 16},
+    "attention_norm": {"type": "RMSNorm", "num_features": 8},
+    "mlp_norm": {"type": "LayerNorm", "num_features": 8},
+}
+
 ARGUMENTS = {
     "Linear": {"in_features": 3, "out_features": 4},
     "Embed": {"num_embeddings": 10, "features": 4},
@@ -77,6 +85,51 @@ ARGUMENTS = {
     "Reshape": {"shape": [4, -1]},
     "PositionEmbed": {"max_length": 8, "features": 4, "decode": True},
     "Repeat": {"count": 2, "block": {"type": "Linear", "in_features": 3, "out_features": 3}},
+    # the transformer family the converters build (nnx_plugins.pretrained)
+    "RoPE": {"theta": 500000.0, "embedding_size": 4, "max_seq_len": 16, "scaling": "llama3"},
+    "SelfAttention": {
+        "in_features": 8,
+        "num_heads": 2,
+        "num_kv_heads": 1,
+        "qk_norm": "rms",
+        "rope": {"type": "RoPE"},
+        "is_causal": True,
+    },
+    "MLP": {"features": 4, "hidden": 8},
+    "GatedMLP": {"features": 4, "hidden": 8, "lora_rank": 2},
+    "TransformerBlock": {k: v for k, v in _BLOCK.items() if k != "type"},
+    "CausalLM": {
+        "embed": {"type": "Embed", "num_embeddings": 10, "features": 8},
+        "blocks": {"type": "Repeat", "count": 2, "block": _BLOCK},
+        "norm": {"type": "RMSNorm", "num_features": 8},
+        "max_length": 16,
+    },
+    "MaskedLM": {
+        "embed": {"type": "Embed", "num_embeddings": 10, "features": 8},
+        "position_embed": {"type": "Embed", "num_embeddings": 16, "features": 8},
+        "blocks": _BLOCK,
+        "transform": {
+            "type": "Sequential",
+            "layers": [
+                {"type": "Linear", "in_features": 8, "out_features": 8},
+                {"type": "gelu"},
+                {"type": "LayerNorm", "num_features": 8},
+            ],
+        },
+    },
+    "ImageClassifier": {
+        "patch_embed": {
+            "type": "Conv",
+            "in_features": 3,
+            "out_features": 8,
+            "kernel_size": [4, 4],
+            "strides": [4, 4],
+        },
+        "blocks": _BLOCK,
+        "norm": {"type": "LayerNorm", "num_features": 8},
+        "head": {"type": "Linear", "in_features": 8, "out_features": 3},
+        "image_size": 8,
+    },
 }
 
 NESTED = {
