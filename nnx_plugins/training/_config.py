@@ -80,12 +80,13 @@ class TrainSection(pydantic.BaseModel):
 
 
 class KeepBest(pydantic.BaseModel):
-    """``checkpoint.keep_best``: the reported value (``split.key``, e.g. ``test.loss``) whose
-    best checkpoint is kept beside the newest ones, and whether ``min`` or ``max`` is best."""
+    """``checkpoint.keep_best``: the reported value (``split.key``, e.g. ``val.loss``) whose
+    best checkpoint is kept beside the newest ones, and whether ``min`` or ``max`` is best.
+    Every evaluation counts, the run's last included."""
 
     model_config = pydantic.ConfigDict(extra="forbid")
 
-    metric: str = "test.loss"
+    metric: str = "val.loss"
     mode: Literal["min", "max"] = "min"
 
 

@@ -163,6 +163,11 @@ class Dataset:
         array's name in the source and the index of its first row there; ``()`` if streamed."""
         return ()
 
+    def input_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
+        """The inputs held in memory, as `label_arrays` (token ids are checked against the
+        model's ``Embed``); ``()`` if streamed."""
+        return ()
+
     def state(self) -> dict[str, Any]:
         """JSON-able facts saved with each checkpoint (e.g. a vocabulary)."""
         return {}
@@ -447,7 +452,6 @@ class ArrayDataset(Dataset):
         return tuple((names[split], pair[1], 0) for split, pair in self.loaded.items())
 
     def input_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
-        """The inputs held in memory, as `label_arrays` gives the targets."""
         names = {"train": "x", "test": "x_test", "val": "x_val"}
         return tuple((names[split], pair[0], 0) for split, pair in self.loaded.items())
 

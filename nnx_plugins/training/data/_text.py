@@ -354,6 +354,14 @@ class TextDataset(Dataset):
             span = rows[:, None] * self.seq_len + np.arange(self.seq_len)
             yield {"inputs": padded[span], "targets": padded[span + 1], "mask": counted[span]}
 
+    def label_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
+        """The token ids: every target is one of them."""
+        return (("tokens", self.tokens, 0),)
+
+    def input_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
+        """The token ids: every input is one of them."""
+        return (("tokens", self.tokens, 0),)
+
     def state(self) -> dict[str, Any]:
         return self.vocabulary.state()
 

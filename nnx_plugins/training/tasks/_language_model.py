@@ -21,6 +21,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from ...config._shapes import spell
@@ -41,12 +42,29 @@ class LanguageModel(Task):
         pass
 
     def check_data(self, data: Any, info: Any, output: Any) -> None:
+        """Token ids, one sequence per example; every target id (the first bad one named) a
+        row of the model's logits."""
         for what, struct in (("inputs", info.inputs), ("targets", info.targets)):
             if not jnp.issubdtype(struct.dtype, jnp.integer) or len(struct.shape) != 1:
                 raise DataError(
                     f"{info.name}: a language model reads token ids, one sequence per example, "
                     f"but its {what} are {spell(struct)} per example; use data of type text (or "
                     "integer arrays of shape (examples, seq_len))."
+                )
+        shape = tuple(getattr(output, "shape", ()))
+        if len(shape) != 3:
+            return
+        held = data.label_arrays() if callable(getattr(data, "label_arrays", None)) else ()
+        for name, ids, offset in held:
+            ids = np.asarray(ids)
+            bad = np.flatnonzero((ids < 0) | (ids >= shape[-1]))
+            if bad.size:
+                index = np.unravel_index(int(bad[0]), ids.shape)
+                where = ", ".join(map(str, (index[0] + offset, *index[1:])))
+                raise DataError(
+                    f"{info.name}: target token id {name}[{where}] is {ids[index]}, outside the "
+                    f"model's {shape[-1]} token logits (ids 0 to {shape[-1] - 1}). Token ids "
+                    "must index the vocabulary: fix the data, or give the model more outputs."
                 )
 
     def check_output(self, output: Any, info: Any) -> str | None:
