@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -283,7 +284,7 @@ def _check_key(
             "give it another key.",
         )
     other = found.get(key)
-    if other is not None and (other.name, other.arguments) != (spec.name, spec.arguments):
+    if other is not None and (other.name, _filled(other)) != (spec.name, _filled(spec)):
         raise config_error(
             config,
             where,
@@ -291,6 +292,16 @@ def _check_key(
             f"metric {other.name!r} {other.arguments or ''} does already: each value needs a "
             "key of its own. Remove one, or change its arguments.",
         )
+
+
+def _filled(spec: MetricSpec) -> dict[str, Any]:
+    """A metric's arguments with its ``__init__``'s defaults filled in."""
+    try:
+        parameters = inspect.signature(spec.cls).parameters.values()
+    except (TypeError, ValueError):
+        return dict(spec.arguments)
+    defaults = {p.name: p.default for p in parameters if p.default is not p.empty}
+    return {**defaults, **spec.arguments}
 
 
 def _check_watches(config: Any, parts: Parts) -> None:
