@@ -33,7 +33,7 @@ from nnx_core.metrics import MultiMetric
 
 from .._text import format_path, suggest
 from ..config._build import located
-from ..config._errors import ConfigError
+from ..config._errors import ConfigError, Problem
 from ..registry._errors import PluginError
 from ..registry._registry import default_registry
 from ._part_calls import PartLabel, check_batch, guarded_batches
@@ -174,9 +174,11 @@ def config_error(config: Any, path: tuple[Any, ...], message: str) -> ConfigErro
 
 def located_data_error(config: Any, error: DataError) -> DataError:
     """``error`` again, its message led by the place in the config of the data argument."""
+    if isinstance(getattr(error, "problem", None), Problem):
+        return error  # (located already)
     path = ("data", error.key) if error.key else ("data",)
     problem = located(config).problem(path, error.message)
-    return DataError(str(problem), key=error.key)
+    return DataError(str(problem), key=error.key, problem=problem)
 
 
 def _data(config: Any, label: PartLabel) -> tuple[Any, DataInfo, bool]:
@@ -268,13 +270,13 @@ def _check_key(
 ) -> None:
     """Refuse a metric reported under ``loss`` or under the key of another metric (the same
     metric listed twice is reported once)."""
-    if not key.isidentifier() or hasattr(MultiMetric, key):
+    if not key.strip() or key != key.strip() or hasattr(MultiMetric, key):
         raise config_error(
             config,
             where,
             f"metric {spec.name!r} reports its value as {key!r}, which cannot be a report key "
-            "(a key is a name of letters, digits and '_', and not one of reset, update, "
-            "compute, split); fix the metric's key.",
+            "(a key is a name, not blank and not one of reset, update, compute, split); fix "
+            "the metric's key.",
         )
     if key == "loss":
         raise config_error(

@@ -178,7 +178,8 @@ def check_data_path(config: Any) -> None:
     if not isinstance(path, str) or os.path.lexists(path) or _named_otherwise(path):
         return
     relative = " (a relative path is relative to the config)" if config.files else ""
-    raise DataError(str(config.problem(("data", "path"), f"no such file {path!r}{relative}.")))
+    problem = config.problem(("data", "path"), f"no such file {path!r}{relative}.")
+    raise DataError(str(problem), key="path", problem=problem)
 
 
 def _named_otherwise(path: str) -> bool:

@@ -49,7 +49,7 @@ def evaluate_model(
     for batch in parts.batches(split, batch_size):
         steps.evaluate(model, metrics, batch)
     found = {}
-    for key, metric in made.items():
+    for key in made:
         label = parts.metrics[key].label if key in parts.metrics else parts.label(parts.task)
         with label.calling("compute()"):
             value = getattr(metrics, key).compute()

@@ -45,7 +45,6 @@ import numpy as np
 import nnx_core as nnx
 
 from .._text import os_problem
-from ._safe_io import write_whole
 from ..config._build import build
 from ._assembly import assemble
 from ._collectives import sync
@@ -62,6 +61,7 @@ from ._run import Run
 from ._run_dir import RunError, RunLock, check_new_run, choose_run_dir
 from ._run_state import check_bad_step, keep_best, save_checkpoint
 from ._run_state import resume as resume_run
+from ._safe_io import write_whole
 from .checkpoints._load import load
 from .checkpoints._manifest import read_manifest
 from .checkpoints._save import CheckpointError, latest_checkpoint

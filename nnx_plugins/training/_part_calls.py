@@ -93,8 +93,9 @@ class PartLabel:
 
     def error(self, what: str, fix: str = "") -> RunPartError:
         """A `RunPartError` saying that this part ``what``."""
+        text = f"{self} {what}"
         return RunPartError(
-            f"{self} {what}",
+            text if text.endswith((".", ")", "?")) else f"{text}.",
             plugin=self.plugin,
             part=str(self),
             path=self.path,

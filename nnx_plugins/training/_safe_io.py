@@ -94,7 +94,9 @@ def read_regular(path: str | os.PathLike[str]) -> bytes | None:
         return None
     except OSError as error:
         if error.errno == errno.ELOOP:
-            raise OSError(errno.ELOOP, "it is a symbolic link: the run reads its own files only", str(path)) from None
+            raise OSError(
+                errno.ELOOP, "it is a symbolic link: the run reads its own files only", str(path)
+            ) from None
         raise
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):

@@ -27,11 +27,13 @@ import pydantic
 from pydantic_core import ValidationError
 
 from .._text import suggest
+from ..config._errors import ConfigError
 from ..config._fields import layer_spec
 from ..config._types import to_json
 from ..registry._errors import PluginError
 from ..registry._providers import NOUN
 from ..registry._registry import default_registry
+from ._part_calls import PartLabel, RunPartError
 from ._problems import Problems
 
 #: ``*args`` (e.g. of ``object.__init__``) is no config argument
@@ -352,10 +354,14 @@ class DataSection(_OnePart):
         task_section = config.sections.get("task") or TaskSection.model_validate(
             TaskSection.default_value()
         )
+        label = PartLabel("dataset", section.type, ("data",))
         try:
-            info = section.make().describe()
+            with label.calling("describe()"):
+                info = section.make().describe()
         except DataError:
             return None  # (train reports it)
+        except RunPartError as error:
+            raise ConfigError([config.problem(("data",), str(error))]) from None
         task = task_section.make()
         return DataSpec(
             info.inputs, info.origin, lambda output: task.check_output(output, info), info.hint

@@ -103,9 +103,11 @@ class EarlyStopping(Callback):
             return
         nnx_core.update(run.model, nnx_core.state(self.best_model))
         run.restored_step = self.best_step
-        last = f"; the last evaluation, at step {run.step}, gave {self.last:.6g}" if (
-            self.last is not None
-        ) else ""
+        last = (
+            f"; the last evaluation, at step {run.step}, gave {self.last:.6g}"
+            if (self.last is not None)
+            else ""
+        )
         run.print(
             f"early_stopping: restored the weights of step {self.best_step}, the best by "
             f"{self.metric} ({self.best:.6g}, {self.mode}){last}."

@@ -58,7 +58,8 @@ _VALIDATION_STREAM = 2**32 - 1
 
 
 class DataError(NnxError, ValueError):
-    """Data cannot be read or does not fit the run; ``.key`` is the ``data`` argument concerned.
+    """Data cannot be read or does not fit the run; ``.key`` is the ``data`` argument concerned
+    and ``.problem``, once located, where the config writes it (a `Problem`).
 
     Example:
         >>> from nnx_plugins import DataError
@@ -67,10 +68,11 @@ class DataError(NnxError, ValueError):
         ("no such file 'a.npz'.", 'path')
     """
 
-    def __init__(self, message: str, *, key: str | None = None):
+    def __init__(self, message: str, *, key: str | None = None, problem: Any = None):
         super().__init__(message)
         self.message = message
         self.key = key
+        self.problem = problem
 
 
 @dataclasses.dataclass(frozen=True)

@@ -211,7 +211,11 @@ class TextDataset(Dataset):
             if value < 1:
                 raise DataError(
                     f"{key} must be at least 1, got {value}"
-                    + (" (leave stride out for windows that do not overlap)." if key == "stride" else "."),
+                    + (
+                        " (leave stride out for windows that do not overlap)."
+                        if key == "stride"
+                        else "."
+                    ),
                     key=key,
                 )
         if not 0 < test_fraction < 1:
@@ -277,9 +281,7 @@ class TextDataset(Dataset):
         self.validation = DEFAULT_VALIDATION if fraction is None else float(fraction)
         self.__dict__.pop("_train_end", None)
         self.__dict__.pop("_starts", None)
-        if self.validation:
-            self._train_end  # (checked now: before training starts)
-        return self.validation > 0
+        return self._train_end < self._corpus[2]  # (checked now: before training starts)
 
     @functools.cached_property
     def _train_end(self) -> int:

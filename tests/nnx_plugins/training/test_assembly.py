@@ -61,7 +61,6 @@ def test_two_metrics_of_one_type_are_both_reported():
 )
 def test_metrics_reported_under_one_key_are_refused(nnx_registry, metric, match):
     from nnx_core.metrics import Average
-
     from nnx_plugins import register_metric
 
     class Keyed(Average):
@@ -71,7 +70,11 @@ def test_metrics_reported_under_one_key_are_refused(nnx_registry, metric, match)
             super().__init__()
             self.scale = scale
 
-    for name, key in (("test.same_key", "same"), ("test.loss_key", "loss"), ("test.bad_key", "update")):
+    for name, key in (
+        ("test.same_key", "same"),
+        ("test.loss_key", "loss"),
+        ("test.bad_key", "update"),
+    ):
         register_metric(name)(type(f"Keyed{key.title()}", (Keyed,), {"key": key}))
 
     with pytest.raises(ConfigError, match=match):

@@ -32,7 +32,9 @@ def test_it_stops_after_patience_evaluations_without_improvement(tmp_path):
     result = train(with_callbacks(stop), run_dir=tmp_path, progress=False)
     assert result.stopped_by == "early_stopping" and result.step == 15  # (evaluations at 5, 10, 15)
     assert [r["step"] for r in evaluations(tmp_path)] == [5, 10, 15]
-    assert [r["step"] for r in evaluations(tmp_path, "test")] == [15]  # (the test split: at the end)
+    assert [r["step"] for r in evaluations(tmp_path, "test")] == [
+        15
+    ]  # (the test split: at the end)
     manifest = read_manifest(result.checkpoint)
     assert manifest["step"] == 15 and manifest["run"]["stopped_by"] == "early_stopping"
     again = train(with_callbacks(stop), run_dir=tmp_path, progress=False, resume=True)
@@ -138,7 +140,9 @@ def test_a_resume_watching_another_metric_starts_its_best_anew(tmp_path):
     train(config, run_dir=tmp_path, progress=False, stop_at=10)
     accuracy = {**loss, "metric": "val.accuracy", "mode": "max", "min_delta": 0.5}
     resumed = train(
-        with_callbacks(accuracy, checkpoint={"interval": 10}), run_dir=tmp_path, progress=False,
+        with_callbacks(accuracy, checkpoint={"interval": 10}),
+        run_dir=tmp_path,
+        progress=False,
         resume=True,
     )
     state = read_manifest(resumed.checkpoint)["run"]["callbacks"][0]["state"]
