@@ -644,3 +644,27 @@ def test_a_dataset_without_epochs_needs_train_steps(nnx_registry, tmp_path):
         train(config, run_dir=tmp_path, progress=False)
     config["train"] = {"batch_size": 32, "steps": 10}
     assert train(config, run_dir=tmp_path, progress=False).step == 10
+
+
+def test_every_evaluation_reaches_the_callbacks_the_last_included(nnx_registry, tmp_path):
+    from nnx_plugins import Callback, register_callback
+
+    seen = []
+
+    @register_callback("test.count_evaluations")
+    class Count(Callback):
+        def after_eval(self, run, step, results):
+            seen.append((step, sorted(results)))
+            return False
+
+    config = {
+        **MLP,
+        "train": {**MLP["train"], "steps": 50, "eval_interval": 5},
+        "callbacks": ["test.count_evaluations"],
+        "checkpoint": {},
+    }
+    result = train(config, run_dir=tmp_path, progress=False)
+    assert [step for step, _ in seen] == list(range(5, 51, 5))  # (10 evaluations, 10 calls)
+    assert seen[0][1] == ["val"] and seen[-1][1] == ["test", "val"]  # (the last: val and test)
+    assert result.metrics == {k: v for k, v in rows(tmp_path / "metrics.jsonl")[-1].items()
+                              if k in result.metrics}
