@@ -4,9 +4,9 @@ it touches a run directory, by the same functions and with the same located mess
 A config with training sections (``task``, ``data``, ``metrics``, ``loggers``, ``callbacks``,
 ``optimizer``, ``train``, ``checkpoint``) is checked as a run: every section, the data path,
 the dataset (described; its validation split), the task against each metric, every watched
-value (with a did-you-mean), the files the loggers write, the model abstractly on the data, the
-data against the task and the model (labels, token ids), the task's loss and each metric
-abstractly, and the batch size against the data. A config with a ``model`` only is checked as
+value (with a did-you-mean), the files the loggers write, the batch size against the data, the
+model abstractly on the data, the data against the task and the model (labels, token ids),
+and the task's loss and each metric abstractly. A config with a ``model`` only is checked as
 a model. Nothing is allocated and nothing is written.
 
 Example:
@@ -66,10 +66,10 @@ def check_config(config: Any, *, data: DataSpec | None = None) -> ModelCheck:
     try:
         check_data_path(train_config)
         parts = assemble(train_config)
+        make_plan(train_config, parts, pathlib.Path("."))  # (in the order train checks)
         spec = data if data is not None else data_spec(parts.info, parts.task)
         check = check_model(model_config(train_config), data=spec)
         check_parts(train_config, parts, check.output)
-        make_plan(train_config, parts, pathlib.Path("."))
     except DataError as error:
         raise ConfigError([_problem(train_config, error)]) from None
     except RunPartError as error:

@@ -62,8 +62,13 @@ def test_target_ids_outside_the_logits_are_named(tmp_path):
 
 
 def test_first_embedding_is_found_in_document_order():
-    nested = {"type": "Sequential", "layers": [{"type": "relu"}, {"type": "Residual", "block": {
-        "type": "Embed", "num_embeddings": 9, "features": 2}}]}
+    nested = {
+        "type": "Sequential",
+        "layers": [
+            {"type": "relu"},
+            {"type": "Residual", "block": {"type": "Embed", "num_embeddings": 9, "features": 2}},
+        ],
+    }
     assert first_embedding(nested) == (("model", "layers", 1, "block"), 9)
     assert first_embedding({"type": "Linear", "in_features": 2, "out_features": 2}) is None
 
@@ -75,7 +80,8 @@ def test_complex_inputs_are_refused(tmp_path):
         "data": {"type": "npz", "path": str(tmp_path / "c.npz")},
     }
     with pytest.raises(
-        DataError, match=r"c\.npz: x holds complex values \(complex64\); inputs and targets must be real"
+        DataError,
+        match=r"c\.npz: x holds complex values \(complex64\); inputs and targets must be real",
     ):
         train(config, run_dir=tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()

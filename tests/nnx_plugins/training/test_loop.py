@@ -666,5 +666,6 @@ def test_every_evaluation_reaches_the_callbacks_the_last_included(nnx_registry, 
     result = train(config, run_dir=tmp_path, progress=False)
     assert [step for step, _ in seen] == list(range(5, 51, 5))  # (10 evaluations, 10 calls)
     assert seen[0][1] == ["val"] and seen[-1][1] == ["test", "val"]  # (the last: val and test)
-    assert result.metrics == {k: v for k, v in rows(tmp_path / "metrics.jsonl")[-1].items()
-                              if k in result.metrics}
+    assert result.metrics == {
+        k: v for k, v in rows(tmp_path / "metrics.jsonl")[-1].items() if k in result.metrics
+    }

@@ -141,9 +141,13 @@ def test_check_batch_names_what_is_wrong():
     label = PartLabel("dataset", "digits", ("data",))
     good = {"inputs": np.zeros((4, 3), np.float32), "targets": np.zeros(4, np.int32)}
     assert check_batch(label, good, info, rows=4, what="b")["inputs"].shape == (4, 3)
-    with pytest.raises(RunPartError, match=r"gave b that is not a dict with 'inputs' and 'targets'"):
+    with pytest.raises(
+        RunPartError, match=r"gave b that is not a dict with 'inputs' and 'targets'"
+    ):
         check_batch(label, [1, 2], info, rows=4, what="b")
-    with pytest.raises(RunPartError, match=r"gave b whose targets are int32\[3\], but its describe"):
+    with pytest.raises(
+        RunPartError, match=r"gave b whose targets are int32\[3\], but its describe"
+    ):
         check_batch(label, {**good, "targets": np.zeros(3, np.int32)}, info, rows=4, what="b")
     with pytest.raises(RunPartError, match=r"whose inputs are int32\[4,3\], but its describe\(\) "):
         check_batch(label, {**good, "inputs": np.zeros((4, 3), np.int32)}, info, rows=4, what="b")
@@ -159,4 +163,4 @@ def test_a_part_raising_an_error_of_the_project_passes_it_unchanged():
     with pytest.raises(DataError, match=r"^bad data$"):
         with label.calling("batch(0, 8, 0)"):
             raise DataError("bad data")
-    assert json.dumps(str(label)).startswith('"dataset \'digits\' (nnx-jax')
+    assert json.dumps(str(label)).startswith("\"dataset 'digits' (nnx-jax")

@@ -39,7 +39,9 @@ def test_a_logger_may_not_write_a_file_of_the_run(tmp_path, file, match):
 
 def test_a_logger_file_outside_the_run_directory_is_refused(tmp_path):
     config = {**CONFIG, "loggers": [{"type": "tensorboard", "dir": "../elsewhere"}]}
-    with pytest.raises(ConfigError, match=r"loggers\[0\]: logger 'tensorboard' refused it: dir must"):
+    with pytest.raises(
+        ConfigError, match=r"loggers\[0\]: logger 'tensorboard' refused it: dir must"
+    ):
         train(config, run_dir=tmp_path / "run", progress=False)
     config = {**CONFIG, "loggers": [{"type": "tensorboard", "dir": "checkpoints/tb"}]}
     with pytest.raises(ConfigError, match=r"loggers\[0\]\.dir: 'checkpoints/tb' is the checkpoint"):
@@ -49,8 +51,16 @@ def test_a_logger_file_outside_the_run_directory_is_refused(tmp_path):
 @pytest.mark.parametrize(
     "loggers, where, match",
     [
-        (["csv", "csv"], r"loggers\[1\]\.file", r"'metrics\.csv' is written by loggers\[0\] \(csv\)"),
-        (["jsonl", "jsonl"], r"loggers\[1\]", r"'metrics\.jsonl' is written by loggers\[0\] \(jsonl\)"),
+        (
+            ["csv", "csv"],
+            r"loggers\[1\]\.file",
+            r"'metrics\.csv' is written by loggers\[0\] \(csv\)",
+        ),
+        (
+            ["jsonl", "jsonl"],
+            r"loggers\[1\]",
+            r"'metrics\.jsonl' is written by loggers\[0\] \(jsonl\)",
+        ),
         (
             [{"type": "csv", "file": "log"}, {"type": "acme.text", "file": "log"}],
             r"loggers\[1\]\.file",
@@ -71,7 +81,8 @@ def test_a_checkpoint_folder_elsewhere_is_the_runs_too(tmp_path):
         "loggers": [{"type": "acme.text", "file": "saved"}],
     }
     with pytest.raises(
-        ConfigError, match=r"loggers\[0\]\.file: 'saved' is the checkpoint folder \(checkpoint\.dir\)"
+        ConfigError,
+        match=r"loggers\[0\]\.file: 'saved' is the checkpoint folder \(checkpoint\.dir\)",
     ):
         train(config, run_dir=tmp_path / "run", progress=False)
 
@@ -94,7 +105,11 @@ def test_planted_links_are_never_followed(tmp_path):
 @pytest.mark.parametrize(
     "name, kind, match",
     [
-        ("metrics.jsonl", "link", r"metrics\.jsonl is a symbolic link .*: the run writes that file"),
+        (
+            "metrics.jsonl",
+            "link",
+            r"metrics\.jsonl is a symbolic link .*: the run writes that file",
+        ),
         ("metrics.csv", "link", r"cannot read .*metrics\.csv: .*symbolic link"),
         ("metrics.csv", "fifo", r"cannot read .*metrics\.csv: .*not a regular file"),
     ],

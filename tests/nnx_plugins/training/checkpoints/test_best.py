@@ -41,8 +41,13 @@ def test_a_resume_watching_another_metric_chooses_its_best_anew(tmp_path, capsys
 
     train(CONFIG, run_dir=tmp_path, progress=False, stop_at=10)
     assert best(tmp_path)["metric"] == "val.loss"
-    accuracy = {**CONFIG, "checkpoint": {**CONFIG["checkpoint"], "keep_best": {
-        "metric": "val.accuracy", "mode": "max"}}}
+    accuracy = {
+        **CONFIG,
+        "checkpoint": {
+            **CONFIG["checkpoint"],
+            "keep_best": {"metric": "val.accuracy", "mode": "max"},
+        },
+    }
     console = Console(file=sys.stdout, width=1000)
     train(accuracy, run_dir=tmp_path, progress=False, resume=True, console=console)
     assert "by val.loss (min); this run keeps the best by val.accuracy (max), chosen anew" in (

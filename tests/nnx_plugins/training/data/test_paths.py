@@ -37,10 +37,16 @@ def test_a_glob_over_symlink_loops_ends(loops):
 
 def test_a_folder_of_symlink_loops_ends_with_a_clear_error(loops):
     files = text_files(str(loops))
-    assert [os.path.relpath(p, loops) for p in files] == ["a.txt", "self", os.path.join("sub", "b.txt")]
+    assert [os.path.relpath(p, loops) for p in files] == [
+        "a.txt",
+        "self",
+        os.path.join("sub", "b.txt"),
+    ]
     with pytest.raises(DataError, match=r"cannot open '.*self': .*"):
         _ = TextDataset(str(loops)).tokens
-    assert TextDataset(f"{loops}/**/*.txt", seq_len=4).tokens.size == 120 + 1 + 100  # (joined by a newline)
+    assert (
+        TextDataset(f"{loops}/**/*.txt", seq_len=4).tokens.size == 120 + 1 + 100
+    )  # (joined by a newline)
 
 
 def test_a_search_visits_a_bounded_number_of_entries(loops, monkeypatch):

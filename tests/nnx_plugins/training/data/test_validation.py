@@ -98,7 +98,9 @@ def test_text_holds_a_stretch_out_before_the_test_split(tmp_path):
     np.testing.assert_array_equal(val, tokens[cut - 90 : cut - 1])  # (10% of the 900 train tokens)
     assert data._starts.max() + 8 < cut - 90  # (no training window reaches into it)
     assert not data.hold_out(0, seed=0) and list(data.val_batches(4)) == []
-    with pytest.raises(DataError, match=r"too few for training windows of seq_len 8 plus a validation"):
+    with pytest.raises(
+        DataError, match=r"too few for training windows of seq_len 8 plus a validation"
+    ):
         data.hold_out(0.995, seed=0)
 
 
