@@ -6,8 +6,11 @@ A config with training sections (``task``, ``data``, ``metrics``, ``loggers``, `
 the dataset (described; its validation split), the task against each metric, every watched
 value (with a did-you-mean), the files the loggers write, the batch size against the data, the
 model abstractly on the data, the data against the task and the model (labels, token ids),
-and the task's loss and each metric abstractly. A config with a ``model`` only is checked as
-a model. Nothing is allocated and nothing is written.
+and the task's loss and each metric abstractly. The model's shapes are checked against the
+data only when the config has a ``data`` section (or ``--input-shape``): without one, ``nnx
+train`` would use the default ``digits``, which a model config with an ``optimizer`` section
+alone was seldom written for. A config with a ``model`` only is checked as a model. Nothing is
+allocated and nothing is written.
 
 Example:
     >>> from nnx_plugins import ConfigError
@@ -24,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from typing import Any
 
@@ -67,8 +71,14 @@ def check_config(config: Any, *, data: DataSpec | None = None) -> ModelCheck:
         check_data_path(train_config)
         parts = assemble(train_config)
         make_plan(train_config, parts, pathlib.Path("."))  # (in the order train checks)
-        spec = data if data is not None else data_spec(parts.info, parts.task)
-        check = check_model(model_config(train_config), data=spec)
+        model = model_config(train_config)
+        spec = data
+        if spec is None and "data" in loaded.sections:
+            spec = data_spec(parts.info, parts.task)
+        elif spec is None:  # (no data section: not the default digits either)
+            sections = {k: v for k, v in model.sections.items() if k != "data"}
+            model = dataclasses.replace(model, sections=sections)
+        check = check_model(model, data=spec)
         check_parts(train_config, parts, check.output)
     except DataError as error:
         raise ConfigError([_problem(train_config, error)]) from None

@@ -39,7 +39,9 @@ def read_value(results: dict[str, dict[str, float]], metric: str) -> float:
 
 
 class EarlyStopping(Callback):
-    """Stop after ``patience`` evaluations without improvement (see the module docstring).
+    """Stop after patience evaluations without an improvement of the watched value.
+
+    See the module docstring.
 
     Args:
         metric: the reported value watched, ``split.key``.

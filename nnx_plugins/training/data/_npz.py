@@ -238,10 +238,11 @@ def read_npz(
 
 
 class NpzDataset(ArrayDataset):
-    """Arrays from an ``.npz`` file: inputs ``x`` and targets ``y``, and optionally
-    ``x_test``/``y_test`` (without them the last ``test_fraction`` of the examples is the test
-    split) and ``x_val``/``y_val`` (without them, ``data.validation`` of the training examples
-    is held out for validation).
+    """Inputs x and targets y from an .npz file (and its x_test, y_test, x_val, y_val if any).
+
+    Without ``x_test``/``y_test`` the last ``test_fraction`` of the examples is the test split;
+    without ``x_val``/``y_val``, ``data.validation`` of the training examples is held out for
+    validation.
 
     Dtypes are kept (integer inputs such as token ids stay integers), except that 64-bit types
     become 32-bit ones (float64 -> float32; int64 -> int32 when every value fits).

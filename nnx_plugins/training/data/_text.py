@@ -188,7 +188,9 @@ def _read_text(files: list[str]) -> str:
 
 
 class TextDataset(Dataset):
-    """Windows of ``seq_len`` tokens of UTF-8 text; see the module docstring.
+    """Windows of seq_len tokens of UTF-8 text from files, folders, globs or stdlib:NAME.
+
+    See the module docstring.
 
     Args:
         path: a file, folder or glob (relative to the config file), or ``stdlib:...``.

@@ -39,7 +39,9 @@ def _lines(rows: list[list[Any]]) -> list[str]:
 
 
 class CsvLogger(Logger):
-    """``metrics.csv`` in the run directory (see the module docstring).
+    """metrics.csv in the run directory: one row per value, step,split,name,value.
+
+    See the module docstring.
 
     Args:
         file: the file name, inside the run directory.

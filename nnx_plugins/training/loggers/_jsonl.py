@@ -56,7 +56,10 @@ def read_records(path: pathlib.Path, *, start: int) -> list[dict[str, Any]]:
 
 
 class JsonlLogger(Logger):
-    """``metrics.jsonl`` in the run directory: ``{"step", "split", ...values}`` per line."""
+    """metrics.jsonl in the run directory: one JSON object per record.
+
+    Each line is ``{"step", "split", ...values}``.
+    """
 
     def __init__(self) -> None:
         self.path: pathlib.Path | None = None

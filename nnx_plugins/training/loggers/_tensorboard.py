@@ -73,7 +73,9 @@ def _own_folder(run_dir: pathlib.Path, relative: pathlib.PurePath) -> None:
 
 
 class TensorBoardLogger(Logger):
-    """Event files under ``RUN/<dir>`` (see the module docstring).
+    """TensorBoard event files under RUN/<dir>, written by tensorboardX (an optional extra).
+
+    See the module docstring.
 
     Args:
         dir: the folder inside the run directory.

@@ -32,7 +32,10 @@ __all__ = ["LanguageModel"]
 
 
 class LanguageModel(Task):
-    """Next-token prediction over token ids (see the module docstring)."""
+    """Next-token cross-entropy on (batch, seq, vocab) logits of token ids.
+
+    See the module docstring.
+    """
 
     metrics = ("perplexity", "bits_per_token", "accuracy")
     train_metrics = ()

@@ -151,3 +151,16 @@ def test_data_errors_are_located_at_their_argument(tmp_path):
     ):
         train(path, run_dir=tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()  # (refused before the run directory is made)
+
+
+def test_every_built_in_part_says_what_it_is_in_one_plain_line():
+    # (`nnx <kind>s show NAME` prints the first line of a part's docstring)
+    from nnx_plugins.registry._registry import default_registry
+
+    registry = default_registry()
+    for kind in ("task", "dataset", "metric", "logger", "callback"):
+        for name, cls in registry.load_kind(kind).items():
+            if "." in name:
+                continue
+            line = (cls.__doc__ or "").strip().splitlines()[0]
+            assert line.endswith(".") and "`" not in line and len(line) <= 96, (kind, name, line)
