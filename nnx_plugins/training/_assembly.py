@@ -29,6 +29,9 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import jax
+
+from nnx_core import Module
 from nnx_core.metrics import MultiMetric
 
 from .._text import format_path, suggest
@@ -116,19 +119,42 @@ class Parts:
         models to evaluate) or ``nodes()`` (Modules to checkpoint). A name that several
         callbacks give (two ``ema``) gets each one's position in ``callbacks:`` (``ema_0``,
         ``ema_1``)."""
+        return {name: node for _, name, node in self._claims(method)}
+
+    def models(self, method: str) -> dict[str, Any]:
+        """`extra`, each checked to be a Module (once the callbacks have started).
+
+        Raises:
+            RunPartError: a callback gave something else, named with its distribution.
+        """
+        for index, name, node in self._claims(method):
+            if not isinstance(node, Module):
+                raise self.label(self.callbacks[index]).error(
+                    f"gave {type(node).__name__} as the model {name!r} of {method}(); a "
+                    "callback's models must be nnx Modules (e.g. a clone of run.model)."
+                )
+        return self.extra(method)
+
+    def _claims(self, method: str) -> list[tuple[int, str, Any]]:
         claims = []
         for index, callback in enumerate(self.callbacks):
             given = self.call(callback, method) or {}
             with self.label(callback).calling(f"{method}()"):
                 claims += [(index, str(name), node) for name, node in dict(given).items()]
         names = [name for _, name, _ in claims]
-        found: dict[str, Any] = {}
+        found: list[tuple[int, str, Any]] = []
         for index, name, node in claims:
             unique = name if names.count(name) == 1 else f"{name}_{index}"
-            while unique in found:
+            while unique in {f for _, f, _ in found}:
                 unique = f"{unique}_{index}"
-            found[unique] = node
+            found.append((index, unique, node))
         return found
+
+    def stops(self, callback: Any, run: Any, results: dict[str, dict[str, float]]) -> bool:
+        """Whether ``callback.after_eval`` asks to stop (its answer read as a truth value)."""
+        answer = self.call(callback, "after_eval", run, run.step, results)
+        with self.label(callback).calling("after_eval(...): its answer"):
+            return bool(answer)
 
     def splits(self, *, final: bool) -> list[str]:
         """The splits an evaluation reports: ``val`` during training (``test`` too when it is
@@ -187,8 +213,13 @@ def _data(config: Any, label: PartLabel) -> tuple[Any, DataInfo, bool]:
         data = config.sections["data"].make()
         with label.calling("describe()"):
             info = data.describe()
-        if not isinstance(info, DataInfo):
-            raise label.error(f"gave {info!r} from describe(), not a DataInfo.")
+        if not isinstance(info, DataInfo) or not all(
+            isinstance(getattr(info, k, None), jax.ShapeDtypeStruct) for k in ("inputs", "targets")
+        ):
+            raise label.error(
+                f"gave {repr(info)[:200]} from describe(): it must be a DataInfo whose inputs "
+                "and targets are jax.ShapeDtypeStruct (the shape and dtype of one example)."
+            )
         for what in ("inputs", "targets"):
             _check_real(getattr(info, what), f"{label}: its {what}")
         return data, info, _validation(config, data, label)
@@ -310,8 +341,10 @@ def _check_watches(config: Any, parts: Parts) -> None:
     reported = parts.reported()
     watched = []
     for index, callback in enumerate(parts.callbacks):
-        for argument, value in (parts.call(callback, "watches") or {}).items():
-            watched.append((("callbacks", index, argument), value))
+        given = parts.call(callback, "watches") or {}
+        with parts.label(callback).calling("watches()"):
+            pairs = list(dict(given).items())
+        watched += [(("callbacks", index, argument), value) for argument, value in pairs]
     best = config.sections["checkpoint"].keep_best
     if best is not None:
         watched.append((("checkpoint", "keep_best", "metric"), best.metric))

@@ -274,7 +274,7 @@ def _final(
         return _evaluated(plan, run.model, "test")
     for callback in parts.callbacks:
         parts.call(callback, "end", run)
-    extra, restored = parts.extra("evaluated"), run.restored_step
+    extra, restored = parts.models("evaluated"), run.restored_step
     for split in [s for s in parts.splits(final=True) if s.startswith("test")]:
         again = split == "test" and restored is not None
         if split in results and not again:
@@ -391,7 +391,7 @@ def _evaluate_during(
 ) -> bool:
     """Evaluate every model on the splits of this evaluation (`Parts.splits`), log it, keep
     the best checkpoint, ask the callbacks; whether one stops the run."""
-    extra = plan.parts.extra("evaluated")
+    extra = plan.parts.models("evaluated")
     results = {}
     for split in plan.parts.splits(final=final):
         base, _, name = split.partition("_")
@@ -403,7 +403,7 @@ def _evaluate_during(
         run.saved = run.step
     stop = False
     for callback, name in zip(plan.parts.callbacks, plan.parts.callback_names):
-        if plan.parts.call(callback, "after_eval", run, run.step, results) and not stop:
+        if plan.parts.stops(callback, run, results) and not stop:
             stop, run.stopped_by = True, name
     return stop
 

@@ -169,6 +169,12 @@ def check_batch(
                 ": every batch must hold what describe() says, with the same number of rows "
                 "in each array.",
             )
+    for key in set(batch) - set(structs):
+        if tuple(getattr(batch[key], "shape", ()) or ())[:1] != (count,):
+            raise label.error(
+                f"gave {what} whose {key!r} is {spell(batch[key])}: every array of a batch needs "
+                f"one row per example ({count})."
+            )
     return dict(batch)
 
 
@@ -192,6 +198,11 @@ def guarded_batches(
         with label.calling(f"{method}({batch_size})"):
             batch = next(batches, None)
         if batch is None:
+            if index == 0:
+                raise label.error(
+                    f"gave no batch from {method}({batch_size}): a split the run evaluates "
+                    "needs at least one example."
+                )
             return
         index += 1
         checked = check_batch(label, batch, info, rows=None, what=f"{method} batch {index}")

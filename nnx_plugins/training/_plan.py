@@ -22,6 +22,8 @@ import dataclasses
 import pathlib
 from typing import Any
 
+import numpy as np
+
 import nnx_core as nnx
 
 from .._errors import NnxError
@@ -55,12 +57,19 @@ class Plan:
 def _steps_per_epoch(parts: Parts, rows: int) -> int:
     """The data's ``steps_per_epoch(rows)``; what it raises besides `NotImplementedError`
     (no epochs) and the project's own errors is named with the dataset."""
+    label = parts.label(parts.data)
     try:
-        return int(parts.data.steps_per_epoch(rows))
+        steps = parts.data.steps_per_epoch(rows)
     except (NotImplementedError, NnxError):
         raise
     except Exception as error:  # noqa: BLE001 - a pack's dataset: named
-        raise parts.label(parts.data).failed(f"steps_per_epoch({rows})", error) from error
+        raise label.failed(f"steps_per_epoch({rows})", error) from error
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise label.error(
+            f"gave {steps!r} from steps_per_epoch({rows}); it must be a whole number of at least "
+            "1 (a dataset without epochs raises NotImplementedError: train.steps counts then)."
+        )
+    return int(steps)
 
 
 def _accumulation_error(config: Any, parts: Parts, error: DataError) -> Any:

@@ -41,16 +41,34 @@ __all__ = ["check_logger_files", "owned_by_the_run"]
 _PATH_ARGUMENTS = ("file", "dir", "path", "filename", "folder", "logdir", "log_dir", "directory")
 
 
+_RUN_FILES = {
+    "config.yaml": "the resolved config",
+    "metrics.png": "the plot of the run",
+    LOCK_NAME: "the run's lock file",
+    JSONL_FILE: "the jsonl logger's log, which the run reads back on a resume",
+}
+
+
 def owned_by_the_run(config: Any) -> dict[str, str]:
-    """The names at the top of the run directory the run itself writes, and what each is."""
+    """The names at the top of the run directory the run itself writes, and what each is.
+
+    Raises:
+        ConfigError: ``checkpoint.dir`` is one of the run's own files.
+    """
     checkpoints = pathlib.PurePath(config.sections["checkpoint"].dir).parts[0]
-    return {
-        "config.yaml": "the resolved config",
-        "metrics.png": "the plot of the run",
-        LOCK_NAME: "the run's lock file",
-        checkpoints: "the checkpoint folder (checkpoint.dir)",
-        JSONL_FILE: "the jsonl logger's log, which the run reads back on a resume",
+    names = {
+        **_RUN_FILES,
+        **{f".{k}.tmp": f"the temporary file of {v}" for k, v in _RUN_FILES.items()},
     }
+    clash = next((v for k, v in names.items() if k.casefold() == checkpoints.casefold()), None)
+    if clash is not None:
+        raise _error(
+            config,
+            ("checkpoint", "dir"),
+            f"{checkpoints!r} is {clash}, which the run writes itself; the checkpoint folder "
+            "needs a name of its own, e.g. 'checkpoints'.",
+        )
+    return {**_RUN_FILES, checkpoints: "the checkpoint folder (checkpoint.dir)"}
 
 
 def _names_a_path(argument: str) -> bool:

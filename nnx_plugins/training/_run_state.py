@@ -5,6 +5,7 @@ the best checkpoint, and the error of a run whose loss stopped being finite.
 
 from __future__ import annotations
 
+import json
 import pathlib
 from typing import Any
 
@@ -45,7 +46,7 @@ def resume(plan: Plan, run: Run, bar: Progress) -> int:
         problem = plan.parts.call(plan.parts.data, "check_state", facts["data"])
         if problem:
             raise CheckpointError(latest, [f"data: {problem}"])
-    nodes = plan.parts.extra("nodes")
+    nodes = plan.parts.models("nodes")
     held = {name for name in nodes if any(k.startswith(name + "/") for k in manifest["entries"])}
     for name in sorted(set(nodes) - held):
         bar.print(f"note: {latest} has no {name} state; it starts from the current weights.")
@@ -84,9 +85,22 @@ def _note_another_best(plan: Plan, bar: Progress) -> None:
 
 def _callback_states(parts: Parts) -> list[dict[str, Any]]:
     return [
-        {"type": name, "state": parts.call(callback, "state") or {}}
+        {"type": name, "state": _json(parts, callback, parts.call(callback, "state"))}
         for callback, name in zip(parts.callbacks, parts.callback_names)
     ]
+
+
+def _json(parts: Parts, part: Any, state: Any) -> Any:
+    """A part's ``state()`` (``{}`` for ``None``) if JSON can hold it, as a checkpoint must."""
+    state = {} if state is None else state
+    try:
+        json.dumps(state)
+    except (TypeError, ValueError, RecursionError) as error:
+        raise parts.label(part).error(
+            f"gave a state() that JSON cannot hold ({type(error).__name__}: {error}); state() "
+            "returns plain numbers, strings, lists and dicts."
+        ) from None
+    return state
 
 
 def _restore_callbacks(parts: Parts, saved: Any) -> None:
@@ -125,12 +139,12 @@ def save_checkpoint(plan: Plan, run: Run, metrics: dict[str, Any] | None = None)
         raise _diverged(plan, step, "the weights or optimizer state hold NaN or infinite values")
     directory = step_directory(plan.ckpt_dir, step)
     facts = {
-        "data": plan.parts.call(plan.parts.data, "state") or {},
+        "data": _json(plan.parts, plan.parts.data, plan.parts.call(plan.parts.data, "state")),
         "callbacks": _callback_states(plan.parts),
         "stopped_by": run.stopped_by,
         "metrics": metrics or {},
     }
-    extra = plan.parts.extra("nodes")
+    extra = plan.parts.models("nodes")
     # (every process writes its part; process 0 commits, then rotates)
     save(
         run.model,

@@ -132,12 +132,19 @@ def glob_files(pattern: str) -> list[str]:
     folders (none included), without following symbolic links to folders.
 
     Raises:
-        DataError: the search visits more than `MAX_ENTRIES` entries.
+        DataError: the search visits more than `MAX_ENTRIES` entries, or descends deeper than
+            Python's recursion allows.
     """
     absolute = pattern.startswith(os.sep)
     parts = [p for p in pattern.split(os.sep) if p not in ("", ".")]
     if not parts:
         return []
     found: list[str] = []
-    _match(os.sep if absolute else "", parts, _Budget(pattern), found)
+    try:
+        _match(os.sep if absolute else "", parts, _Budget(pattern), found)
+    except RecursionError:
+        raise DataError(
+            f"{pattern!r} matches folders nested too deeply to search; name a shallower folder.",
+            key="path",
+        ) from None
     return sorted(set(found))

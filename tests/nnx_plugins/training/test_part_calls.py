@@ -164,3 +164,94 @@ def test_a_part_raising_an_error_of_the_project_passes_it_unchanged():
         with label.calling("batch(0, 8, 0)"):
             raise DataError("bad data")
     assert json.dumps(str(label)).startswith("\"dataset 'digits' (nnx-jax")
+
+
+def in_process_callback(name, **methods):
+    from nnx_plugins import Callback, register_callback
+
+    register_callback(name)(type(name.replace(".", "_"), (Callback,), methods))
+    return {**CONFIG, "callbacks": [name]}
+
+
+@pytest.mark.parametrize(
+    "methods, match",
+    [
+        (
+            {"after_eval": lambda self, run, step, results: np.array([True, False])},
+            r"callback 'test\.cb' at callbacks\[0\] \(registered in-process\) failed in "
+            r"after_eval\(\.\.\.\): its answer: ValueError: The truth value",
+        ),
+        (
+            {"nodes": lambda self: {"kept": 3}},
+            r"callback 'test\.cb' .* gave int as the model 'kept' of nodes\(\); a callback's "
+            r"models must be nnx Modules",
+        ),
+        (
+            {"state": lambda self: {"when": object()}},
+            r"callback 'test\.cb' .* gave a state\(\) that JSON cannot hold \(TypeError",
+        ),
+        (
+            {"watches": lambda self: ["val.loss"]},
+            r"callbacks: callback 'test\.cb' .* failed in watches\(\): ValueError",
+        ),
+    ],
+)
+def test_a_callback_breaking_its_promises_is_named(nnx_registry, tmp_path, methods, match):
+    config = in_process_callback("test.cb", **methods)
+    with pytest.raises((RunPartError, ConfigError), match=match):
+        train(config, run_dir=tmp_path, progress=False)
+
+
+def test_a_dataset_breaking_its_promises_is_named(nnx_registry, tmp_path):
+    from nnx_plugins import register_dataset
+    from nnx_plugins.training.data._bundled import Digits
+
+    @register_dataset("test.no_epochs")
+    class NoEpochs(Digits):
+        def __init__(self):
+            super().__init__(layout="flat")
+
+        def steps_per_epoch(self, batch_size):
+            return 0
+
+    @register_dataset("test.empty_val")
+    class EmptyVal(NoEpochs):
+        def steps_per_epoch(self, batch_size):
+            return Digits.steps_per_epoch(self, batch_size)
+
+        def val_batches(self, batch_size):
+            return iter(())
+
+    with pytest.raises(
+        RunPartError, match=r"dataset 'test\.no_epochs' .* gave 0 from steps_per_epoch\(32\)"
+    ):
+        train({**CONFIG, "data": "test.no_epochs"}, run_dir=tmp_path / "a", progress=False)
+    with pytest.raises(
+        RunPartError,
+        match=r"dataset 'test\.empty_val' .* gave no batch from val_batches\(1024\): a split the "
+        r"run evaluates needs at least one example",
+    ):
+        train({**CONFIG, "data": "test.empty_val"}, run_dir=tmp_path / "b", progress=False)
+
+
+def test_a_task_whose_output_check_raises_is_named(nnx_registry, tmp_path, capsys):
+    from nnx_plugins import register_task
+    from nnx_plugins.training.tasks._classification import Classification
+
+    @register_task("test.picky")
+    class Picky(Classification):
+        def check_output(self, output, info):
+            raise AttributeError("'NoneType' object has no attribute 'shape'")
+
+    config = {**CONFIG, "task": "test.picky"}
+    with pytest.raises(
+        RunPartError,
+        match=r"task 'test\.picky' \(registered in-process\) failed in check_output\(output, "
+        r"info\): AttributeError",
+    ):
+        train(config, run_dir=tmp_path / "run", progress=False)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    assert main(["config", "validate", str(tmp_path / "c.yaml")]) == 1
+    assert "task 'test.picky' (registered in-process) failed in check_output" in (
+        capsys.readouterr().err
+    )
