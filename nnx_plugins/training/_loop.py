@@ -268,12 +268,13 @@ def _final(
     """
     parts = plan.parts
     results = dict(run.results) if run.results_step == run.step else {}
+    if run.step > span[0]:  # (a run resumed with nothing left ended in its first session)
+        for callback in parts.callbacks:
+            parts.call(callback, "end", run)
     if not (run.finished and run.step > span[0]):
-        if "test" in results:
+        if "test" in results and run.restored_step is None:
             return results["test"]
         return _evaluated(plan, run.model, "test")
-    for callback in parts.callbacks:
-        parts.call(callback, "end", run)
     extra, restored = parts.models("evaluated"), run.restored_step
     for split in [s for s in parts.splits(final=True) if s.startswith("test")]:
         again = split == "test" and restored is not None

@@ -67,6 +67,18 @@ class Logger:
         ``file`` or ``dir`` attribute names."""
         return [v for k in ("file", "dir") if isinstance(v := getattr(self, k, None), str)]
 
+    @staticmethod
+    def create(path: pathlib.Path, lines: list[str]) -> IO[bytes]:
+        """``path`` written anew with ``lines``, open for appending: never through a symbolic
+        link planted in the run directory, never truncating someone's file (`start_file`)."""
+        return start_file(path, lines)
+
+    @staticmethod
+    def read(path: pathlib.Path) -> list[str]:
+        """The lines of the logger's own file (none if missing); a link or FIFO planted there
+        is refused, not followed (`read_lines`)."""
+        return read_lines(path)
+
 
 @contextlib.contextmanager
 def reported(path: str | os.PathLike[str]) -> Iterator[None]:
