@@ -34,7 +34,7 @@ from ..config._errors import ConfigError
 from ..config._shapes import BATCH, spell
 from ._assembly import Parts, located_data_error
 from ._part_calls import RunPartError
-from .data._base import DataError
+from .data._base import DataError, first_outside
 
 __all__ = ["check_parts", "first_embedding"]
 
@@ -146,21 +146,18 @@ def _check_token_ids(config: Any, parts: Parts) -> None:
     """Integer inputs within the rows of the model's first ``Embed`` (the first bad id named)."""
     if not jnp.issubdtype(parts.info.inputs.dtype, jnp.integer):
         return
-    found = first_embedding(config.model)
+    embedding = first_embedding(config.model)
     arrays = getattr(parts.data, "input_arrays", None)
-    if found is None or not callable(arrays):
+    if embedding is None or not callable(arrays):
         return
-    path, rows = found
+    path, rows = embedding
     with parts.label(parts.data).calling("input_arrays()"):
         held = tuple(arrays())
-    for name, ids, offset in held:
-        ids = np.asarray(ids)
-        bad = np.flatnonzero((ids < 0) | (ids >= rows))
-        if bad.size:
-            index = np.unravel_index(int(bad[0]), ids.shape)
-            where = ", ".join(map(str, (index[0] + offset, *index[1:])))
-            raise DataError(
-                f"{parts.info.name}: token id {name}[{where}] is {ids[index]}, outside the "
-                f"{rows} rows of the model's Embed at {format_path(path)} (ids 0 to {rows - 1}). "
-                "Fix the data, or give the Embed more rows (num_embeddings)."
-            )
+    found = first_outside(held, rows)
+    if found is not None:
+        name, where, value = found
+        raise DataError(
+            f"{parts.info.name}: token id {name}[{where}] is {value}, outside the {rows} rows "
+            f"of the model's Embed at {format_path(path)} (ids 0 to {rows - 1}). Fix the "
+            "data, or give the Embed more rows (num_embeddings)."
+        )

@@ -45,6 +45,7 @@ __all__ = [
     "check_finite",
     "check_split",
     "check_fraction",
+    "first_outside",
     "held_out_rows",
     "DEFAULT_VALIDATION",
 ]
@@ -498,6 +499,27 @@ def held_out_rows(count: int, fraction: float, seed: int) -> tuple[np.ndarray, n
     held = np.sort(chosen[: held_count(count, fraction)])
     keep = np.setdiff1d(np.arange(count), held)
     return held, keep
+
+
+def first_outside(arrays: Any, size: int) -> tuple[str, str, int] | None:
+    """The first id outside ``[0, size)`` among ``arrays`` (``(name, array, offset)`` triples,
+    as `Dataset.label_arrays` gives them): ``(name, "i, j", value)``, its place in the source
+    (the first index shifted by the offset), or ``None``.
+
+    Example:
+        >>> import numpy as np
+        >>> from nnx_plugins.training.data._base import first_outside
+        >>> first_outside([("y", np.array([[0, 1], [7, -1]]), 10)], 4)
+        ('y', '11, 0', 7)
+    """
+    for name, values, offset in arrays:
+        values = np.asarray(values)
+        bad = np.flatnonzero((values < 0) | (values >= size))
+        if bad.size:
+            index = np.unravel_index(int(bad[0]), values.shape)
+            where = ", ".join(map(str, (int(index[0]) + offset, *map(int, index[1:]))))
+            return name, where, int(values[index])
+    return None
 
 
 def check_split(x: np.ndarray, y: np.ndarray, name: str, keys: tuple[str, str]) -> None:

@@ -21,11 +21,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from ...config._shapes import spell
-from ..data._base import DataError
+from ..data._base import DataError, first_outside
 from ._base import Task
 
 __all__ = ["LanguageModel"]
@@ -58,17 +57,14 @@ class LanguageModel(Task):
         if len(shape) != 3:
             return
         held = data.label_arrays() if callable(getattr(data, "label_arrays", None)) else ()
-        for name, ids, offset in held:
-            ids = np.asarray(ids)
-            bad = np.flatnonzero((ids < 0) | (ids >= shape[-1]))
-            if bad.size:
-                index = np.unravel_index(int(bad[0]), ids.shape)
-                where = ", ".join(map(str, (index[0] + offset, *index[1:])))
-                raise DataError(
-                    f"{info.name}: target token id {name}[{where}] is {ids[index]}, outside the "
-                    f"model's {shape[-1]} token logits (ids 0 to {shape[-1] - 1}). Token ids "
-                    "must index the vocabulary: fix the data, or give the model more outputs."
-                )
+        found = first_outside(held, shape[-1])
+        if found is not None:
+            name, where, value = found
+            raise DataError(
+                f"{info.name}: target token id {name}[{where}] is {value}, outside the model's "
+                f"{shape[-1]} token logits (ids 0 to {shape[-1] - 1}). Token ids must index "
+                "the vocabulary: fix the data, or give the model more outputs."
+            )
 
     def check_output(self, output: Any, info: Any) -> str | None:
         seq = info.inputs.shape[0]

@@ -125,15 +125,31 @@ def test_a_validation_fraction_is_checked_where_it_is_written(data, match):
         parts(task="regression", data=data)
 
 
-def test_a_streaming_dataset_has_no_fraction_to_hold_out():
+def test_a_streaming_dataset_has_no_fraction_to_hold_out(nnx_registry):
+    from acme_layers.waves import Waves
+
+    from nnx_plugins import register_dataset
+
     waves = {"type": "acme.waves", "validation": 0.2}
     with pytest.raises(
         DataError,
-        match=r"<dict>: data\.validation: dataset 'acme\.waves' \(acme-layers 0\.1\.0\) cannot hold "
-        r"examples out \(it has no hold_out\(\)\) and gives no validation split of its own",
+        match=r"<dict>: data\.validation: dataset 'acme\.waves' \(acme-layers 0\.1\.0\) gives a "
+        r"validation split of its own \(val_batches\); remove data\.validation to use it",
     ):
         parts(task="regression", data=waves)
-    assert not parts(task="regression", data={"type": "acme.waves"}).validation
+    assert parts(task="regression", data={"type": "acme.waves"}).validation
+
+    @register_dataset("test.stream")
+    class Stream(Waves):
+        val_batches = None  # (no validation split)
+
+    with pytest.raises(
+        DataError,
+        match=r"data\.validation: dataset 'test\.stream' \(registered in-process\) cannot hold "
+        r"examples out \(it has no hold_out\(\)\) and gives no validation split of its own",
+    ):
+        parts(task="regression", data={"type": "test.stream", "validation": 0.2})
+    assert not parts(task="regression", data={"type": "test.stream"}).validation
 
 
 def test_data_errors_are_located_at_their_argument(tmp_path):
