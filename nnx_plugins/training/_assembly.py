@@ -34,6 +34,7 @@ import jax
 from nnx_core import Module
 from nnx_core.metrics import MultiMetric
 
+from .._errors import NnxError
 from .._text import format_path, suggest
 from ..config._build import located
 from ..config._errors import ConfigError, Problem
@@ -103,9 +104,13 @@ class Parts:
         hook = getattr(part, method, None)
         if not callable(hook):
             return None
-        shown = ", ".join(_shown(a) for a in args)
-        with self.label(part).calling(f"{method}({shown})"):
+        try:  # (no context manager: this runs after every step)
             return hook(*args)
+        except NnxError:
+            raise
+        except Exception as error:  # noqa: BLE001 - whatever a pack's part raises is named
+            shown = ", ".join(_shown(a) for a in args)
+            raise self.label(part).failed(f"{method}({shown})", error) from error
 
     def metric_objects(self) -> dict[str, Any]:
         """A fresh instance of every test metric (``loss`` first), by report key."""

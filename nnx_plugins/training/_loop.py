@@ -9,7 +9,9 @@ so ``resume=True`` continues to exactly the parameters an uninterrupted run reac
 that is not finite stops the run (`TrainingDivergedError`) naming the step and the last
 checkpoint, which is always finite. The run directory receives ``config.yaml`` (the resolved
 config), what the loggers write (``metrics.jsonl`` by default), ``metrics.png`` and
-``checkpoints/step_N``.
+``checkpoints/step_N``. Each evaluation (every ``train.eval_interval`` steps and at the last
+step) reports the validation split, which callbacks and ``checkpoint.keep_best`` watch; the
+test split is evaluated at the end.
 
 With several processes (`jax.distributed`, e.g. inside a `ProcessGroup`), every process calls
 `train` with the same arguments: the mesh spans every process's devices, each process feeds its
@@ -79,7 +81,10 @@ class TrainResult:
         step: the step the model is at (the last step trained, or the step it resumed at).
         steps_trained: how many steps this call trained (fewer than ``step`` after a resume,
             0 when the run had already reached its end).
-        metrics: every test metric after the last step (``loss``, the task's, the config's).
+        metrics: every test metric of the final model (``loss``, the task's, the config's):
+            after the last step, or of the weights a callback restored (``early_stopping``'s
+            ``restore_best``). The model is chosen on the validation split; the test split is
+            evaluated at the end.
         test_loss, test_accuracy: ``metrics["loss"]`` and ``metrics.get("accuracy")``.
         run_dir: where the logs, ``metrics.png`` and ``checkpoints/`` are.
         checkpoint: the last checkpoint written (``None`` if none).

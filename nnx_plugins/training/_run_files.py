@@ -93,6 +93,10 @@ def _problem(path: str, kind: str, owned: dict[str, str]) -> str | None:
             f"{path!r} is not a path inside the run directory; a {kind} writes files of its "
             "own there: give a plain relative name such as 'metrics.csv'."
         )
+    if any(ord(c) < 32 or c == "\x7f" for c in path):
+        return f"{path!r} holds a control character; give a plain file name."
+    if any(len(part.encode("utf-8", "surrogatepass")) > 255 for part in parts):
+        return f"{path[:40]!r}... is a name longer than a file system takes (255 bytes)."
     if any(part.startswith(".") for part in parts):
         return (
             f"{path!r} is hidden (a leading '.'): the run's temporary and lock files are; give "

@@ -28,6 +28,8 @@ CONFIG = {
         ("Config.YAML", r"'Config\.YAML' is the resolved config"),  # (case-insensitive disks)
         (".nnx-run.lock", r"'\.nnx-run\.lock' is hidden \(a leading '\.'\)"),
         (".metrics.csv.tmp", r"'\.metrics\.csv\.tmp' is hidden \(a leading '\.'\)"),
+        ("log\x00.csv", r"'log\\x00\.csv' holds a control character"),
+        ("x" * 300, r"'x{40}'\.\.\. is a name longer than a file system takes \(255 bytes\)"),
     ],
 )
 def test_a_logger_may_not_write_a_file_of_the_run(tmp_path, file, match):
