@@ -19,7 +19,7 @@ Example:
     ...         raise OSError("the device is gone")
     ... except RunPartError as error:
     ...     print(error.message)
-    logger 'jsonl' at loggers[0] (nnx-jax ...) failed in write(record): OSError: the device is gone
+    logger 'jsonl' at loggers[0] (nnx-jax ...) failed in write(record): OSError: the device is gone.
 """
 
 from __future__ import annotations
