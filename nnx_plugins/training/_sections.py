@@ -335,9 +335,10 @@ class DataSection(_OnePart):
             if isinstance(value, str) and value:
                 resolve = getattr(cls, "resolve_path", None)
                 arguments[key] = resolve(value, folder) if resolve else os.path.join(folder, value)
-        return type(self).model_construct(
-            part=dataclasses.replace(self.part, arguments=arguments), validation=self.validation
-        )
+        part = dataclasses.replace(self.part, arguments=arguments)
+        if isinstance(self, DataSection):  # (the tokenizer section shares this method)
+            return type(self).model_construct(part=part, validation=self.validation)
+        return type(self).model_construct(part=part)
 
     def data_spec(self, config: Any) -> Any:
         """What this data feeds the model, and the task's check of its output, for
