@@ -85,6 +85,8 @@ _EXPORTS = {
     "TrainingDivergedError": ".training._run_state",
     "load_train_config": ".training._config",
     "DataError": ".training.data._base",
+    "RunPartError": ".training._part_calls",
+    "SelectionWarning": ".training._assembly",
     "ProcessGroup": ".training._processes",
     # language models
     "generate": ".generation._generate",
@@ -182,11 +184,13 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .registry._run_parts import register_metric as register_metric
     from .registry._run_parts import register_task as register_task
     from .registry._run_parts import register_tokenizer as register_tokenizer
+    from .training._assembly import SelectionWarning as SelectionWarning
     from .training._config import load_train_config as load_train_config
     from .training._loop import TrainResult as TrainResult
     from .training._loop import build_model as build_model
     from .training._loop import evaluate as evaluate
     from .training._loop import train as train
+    from .training._part_calls import RunPartError as RunPartError
     from .training._processes import ProcessGroup as ProcessGroup
     from .training._run_state import TrainingDivergedError as TrainingDivergedError
     from .training.callbacks._base import Callback as Callback

@@ -78,7 +78,8 @@ def _data_spec(args: argparse.Namespace) -> Any:
 
 def _config_validate(args: argparse.Namespace) -> int:
     from ..config._load import load_config  # (here: the listing commands stay light)
-    from ..config._shapes import check_model, spell  # (here: the listing commands stay light)
+    from ..config._shapes import spell  # (here: the listing commands stay light)
+    from ..training._validate import check_config  # (here: the listing commands stay light)
 
     files, overrides = split_arguments([*args.files, *args.overrides])
     if not files:
@@ -90,7 +91,7 @@ def _config_validate(args: argparse.Namespace) -> int:
     data = _data_spec(args)
     for path in files:
         try:
-            check = check_model(load_config(path, overrides=overrides), data=data)
+            check = check_config(load_config(path, overrides=overrides), data=data)
         except ConfigError as error:
             report(str(error))
             status = 1

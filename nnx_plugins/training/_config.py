@@ -81,12 +81,13 @@ class TrainSection(pydantic.BaseModel):
 
 
 class KeepBest(pydantic.BaseModel):
-    """``checkpoint.keep_best``: the reported value (``split.key``, e.g. ``test.loss``) whose
-    best checkpoint is kept beside the newest ones, and whether ``min`` or ``max`` is best."""
+    """``checkpoint.keep_best``: the reported value (``split.key``, e.g. ``val.loss``) whose
+    best checkpoint is kept beside the newest ones, and whether ``min`` or ``max`` is best.
+    Every evaluation counts, the run's last included."""
 
     model_config = pydantic.ConfigDict(extra="forbid")
 
-    metric: str = "test.loss"
+    metric: str = "val.loss"
     mode: Literal["min", "max"] = "min"
 
 
@@ -181,7 +182,8 @@ def check_data_path(config: Any) -> None:
     if not isinstance(path, str) or os.path.lexists(path) or _named_otherwise(path):
         return
     relative = " (a relative path is relative to the config)" if config.files else ""
-    raise DataError(str(config.problem(("data", "path"), f"no such file {path!r}{relative}.")))
+    problem = config.problem(("data", "path"), f"no such file {path!r}{relative}.")
+    raise DataError(str(problem), key="path", problem=problem)
 
 
 def _named_otherwise(path: str) -> bool:

@@ -1,4 +1,5 @@
-"""Evaluating a model on the test split: every metric of the run, streamed over its batches.
+"""Evaluating a model on a split (``val`` or ``test``): every metric of the run, streamed over
+its batches.
 
 Example:
     >>> from nnx_plugins.training._evaluation import describe_metrics
@@ -16,6 +17,7 @@ from typing import Any
 from nnx_core.metrics import MultiMetric
 
 from ._mesh import replicate_unplaced
+from ._part_calls import check_scalar
 
 __all__ = ["evaluate_model", "eval_batch_size", "describe_metrics", "evaluation_line"]
 
@@ -29,17 +31,30 @@ def eval_batch_size(info: Any, batch_size: int) -> int:
 
 
 def evaluate_model(
-    model: Any, parts: Any, steps: Any, batch_size: int, *, mesh: Any = None
+    model: Any, parts: Any, steps: Any, batch_size: int, *, mesh: Any = None, split: str = "test"
 ) -> dict[str, float]:
-    """Every metric of ``parts`` for ``model`` (put in eval mode) over the test split (the
-    metrics' totals replicated over ``mesh`` when the model is placed on one)."""
+    """Every metric of ``parts`` for ``model`` (put in eval mode) over ``split`` (``test`` or
+    ``val``: the data's ``test_batches`` or ``val_batches``; the metrics' totals replicated
+    over ``mesh`` when the model is placed on one).
+
+    Raises:
+        RunPartError: the dataset gave a batch that is not what it described, or a metric a
+            value that is not one number (each named with its distribution).
+    """
     model.eval()
-    metrics = MultiMetric(**parts.metric_objects())
+    made = parts.metric_objects()
+    metrics = MultiMetric(**made)
     if mesh is not None:
         replicate_unplaced(metrics, mesh)
-    for batch in parts.data.test_batches(batch_size):
+    for batch in parts.batches(split, batch_size):
         steps.evaluate(model, metrics, batch)
-    return {key: float(value) for key, value in metrics.compute().items()}
+    found = {}
+    for key in made:
+        label = parts.metrics[key].label if key in parts.metrics else parts.label(parts.task)
+        with label.calling("compute()"):
+            value = getattr(metrics, key).compute()
+        found[key] = check_scalar(label, key, value)
+    return found
 
 
 def _number(key: str, value: float) -> str:
@@ -85,7 +100,17 @@ def describe_metrics(metrics: dict[str, float], *, token: str = "token") -> str:
     )
 
 
-def evaluation_line(step: int, total: int, split: str, metrics: dict[str, float]) -> str:
-    """The line printed at each evaluation during training."""
+def evaluation_line(
+    step: int, total: int, split: str, metrics: dict[str, float], *, weights_of: int | None = None
+) -> str:
+    """The line printed at each evaluation during training (``weights_of``: the step whose
+    weights were evaluated, when a callback restored an earlier step's).
+
+    Example:
+        >>> from nnx_plugins.training._evaluation import evaluation_line
+        >>> evaluation_line(100, 100, "test", {"loss": 0.25}, weights_of=80)
+        'step    100/100  test (the weights of step 80) loss 0.2500'
+    """
     values = "  ".join(f"{k} {_number(k, v)}" for k, v in metrics.items())
-    return f"step {step:>6}/{total}  {split} {values}"
+    restored = f" (the weights of step {weights_of})" if weights_of is not None else ""
+    return f"step {step:>6}/{total}  {split}{restored} {values}"

@@ -9,7 +9,9 @@ so ``resume=True`` continues to exactly the parameters an uninterrupted run reac
 that is not finite stops the run (`TrainingDivergedError`) naming the step and the last
 checkpoint, which is always finite. The run directory receives ``config.yaml`` (the resolved
 config), what the loggers write (``metrics.jsonl`` by default), ``metrics.png`` and
-``checkpoints/step_N``.
+``checkpoints/step_N``. Each evaluation (every ``train.eval_interval`` steps and at the last
+step) reports the validation split, which callbacks and ``checkpoint.keep_best`` watch; the
+test split is evaluated at the end.
 
 With several processes (`jax.distributed`, e.g. inside a `ProcessGroup`), every process calls
 `train` with the same arguments: the mesh spans every process's devices, each process feeds its
@@ -34,6 +36,7 @@ import contextlib
 import dataclasses
 import os
 import pathlib
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -45,12 +48,13 @@ import nnx_core as nnx
 
 from .._text import os_problem
 from ..config._build import build
-from ._assembly import assemble, located_data_error
+from ._assembly import assemble
 from ._collectives import sync
 from ._config import check_data_path, load_train_config
+from ._contracts import check_parts
 from ._evaluation import eval_batch_size, evaluate_model, evaluation_line
 from ._mesh import batch_placer, make_mesh
-from ._plan import Plan, call, make_plan, setup, steps_of
+from ._plan import Plan, make_plan, setup, steps_of
 from ._plot import plot_metrics
 from ._precision import model_config
 from ._preflight import preflight
@@ -59,10 +63,10 @@ from ._run import Run
 from ._run_dir import RunError, RunLock, check_new_run, choose_run_dir
 from ._run_state import check_bad_step, keep_best, save_checkpoint
 from ._run_state import resume as resume_run
+from ._safe_io import write_whole
 from .checkpoints._load import load
 from .checkpoints._manifest import read_manifest
 from .checkpoints._save import CheckpointError, latest_checkpoint
-from .data._base import DataError
 from .loggers._jsonl import FILE as JSONL_FILE
 from .loggers._jsonl import read_records
 
@@ -77,7 +81,10 @@ class TrainResult:
         step: the step the model is at (the last step trained, or the step it resumed at).
         steps_trained: how many steps this call trained (fewer than ``step`` after a resume,
             0 when the run had already reached its end).
-        metrics: every test metric after the last step (``loss``, the task's, the config's).
+        metrics: every test metric of the final model (``loss``, the task's, the config's):
+            after the last step, or of the weights a callback restored (``early_stopping``'s
+            ``restore_best``). The model is chosen on the validation split; the test split is
+            evaluated at the end.
         test_loss, test_accuracy: ``metrics["loss"]`` and ``metrics.get("accuracy")``.
         run_dir: where the logs, ``metrics.png`` and ``checkpoints/`` are.
         checkpoint: the last checkpoint written (``None`` if none).
@@ -174,10 +181,7 @@ def train(
     if not main:  # (process 0 reports for all)
         progress, console = False, None
     check = preflight(model_config(config), parts.info, parts.task, allow_large=allow_large)
-    try:
-        parts.task.check_data(parts.data, parts.info, check.output)
-    except DataError as error:
-        raise located_data_error(config, error) from None
+    check_parts(config, parts, check.output)
     plan.steps = steps_of(plan)
     with RunLock(plan.run_dir) if main else contextlib.nullcontext():
         sync("nnx-run-directory")  # (the others wait until process 0 holds the directory)
@@ -196,8 +200,9 @@ def train(
             is_main=main,
         )
         for callback in parts.callbacks:
-            call(callback, "start", run)
+            parts.call(callback, "start", run)
         with Progress(progress, plan.total, 0, console) as bar:
+            run.printer = bar.print
             start = resume_run(plan, run, bar) if resume else 0
             run.step = start
             # (a checkpoint past stop_at or the total, or a run a callback ended: nothing left)
@@ -225,50 +230,101 @@ def _session(
     final test metrics."""
     loggers = plan.parts.loggers if run.is_main else []
     run.records = read_records(plan.run_dir / JSONL_FILE, start=span[0]) if run.is_main else []
-    for logger in loggers:
-        call(logger, "open", plan.run_dir, span[0])
+    opened: list[Any] = []
     try:
+        for logger in loggers:
+            plan.parts.call(logger, "open", plan.run_dir, span[0])
+            opened.append(logger)
         bar.update(span[0], float("nan"), 0.0)
         checkpoint = _loop(plan, run, span, place, (loggers, bar))
         run.finished = run.stopped_by is not None or run.step == plan.total
-        for callback in plan.parts.callbacks:
-            call(callback, "end", run)
-        metrics = _final(plan, run, span, loggers)
+        metrics = _final(plan, run, span, loggers, bar)
         if run.step > span[0]:  # (the final checkpoint: after the callbacks' end)
-            checkpoint = save_checkpoint(plan, run, {"test": metrics})
+            checkpoint = _final_checkpoint(plan, run, bar) or checkpoint
         if run.is_main:
-            main_metric = next((k for k in plan.parts.metric_objects() if k != "loss"), None)
+            main_metric = next(iter(plan.parts.metrics), None)
             plot_metrics(run.records, plan.run_dir / "metrics.png", metric=main_metric)
     finally:
-        for logger in loggers:
-            call(logger, "close")
+        _close(plan, opened, failing=sys.exc_info()[0] is not None)
     return checkpoint, metrics
 
 
-def _final(plan: Plan, run: Run, span: tuple[int, int], loggers: list[Any]) -> dict[str, float]:
-    """The final test metrics; logged when the run reached its end and they are not yet."""
+def _close(plan: Plan, loggers: list[Any], *, failing: bool) -> None:
+    """Close every logger; while the run is failing already, a logger that fails to close
+    does not hide why."""
+    for logger in loggers:
+        try:
+            plan.parts.call(logger, "close")
+        except Exception:
+            if not failing:
+                raise
+
+
+def _final(
+    plan: Plan, run: Run, span: tuple[int, int], loggers: list[Any], bar: Progress
+) -> dict[str, float]:
+    """End the run (the callbacks' ``end``) and give its final test metrics.
+
+    When this call trained the run to its end (the last step, or a callback stopped it), the
+    test splits the last evaluation lacked are evaluated and logged, and so is the model's
+    again when a callback restored an earlier step's weights (the record says which:
+    ``restored_step``). Otherwise (``stop_at``, or nothing left to train) the test metrics are
+    computed for the result only: the log stays that of an uninterrupted run.
+    """
+    parts = plan.parts
+    results = dict(run.results) if run.results_step == run.step else {}
+    if run.step > span[0]:  # (a run resumed with nothing left ended in its first session)
+        for callback in parts.callbacks:
+            parts.call(callback, "end", run)
+    if not (run.finished and run.step > span[0]):
+        if "test" in results and run.restored_step is None:
+            return results["test"]
+        return _evaluated(plan, run.model, "test")
+    extra, restored = parts.models("evaluated"), run.restored_step
+    for split in [s for s in parts.splits(final=True) if s.startswith("test")]:
+        again = split == "test" and restored is not None
+        if split in results and not again:
+            continue
+        name = split.partition("_")[2]
+        results[split] = _evaluated(plan, extra[name] if name else run.model, "test")
+        marked = {"restored_step": restored} if again else {}
+        _log(plan, run, loggers, {"step": run.step, "split": split, **marked, **results[split]})
+        shown = restored if again else None
+        bar.print(evaluation_line(run.step, plan.total, split, results[split], weights_of=shown))
+    run.results, run.results_step = results, run.step
+    return results["test"]
+
+
+def _evaluated(plan: Plan, model: Any, split: str) -> dict[str, float]:
     rows = eval_batch_size(plan.parts.info, plan.config.sections["train"].batch_size)
-    metrics = evaluate_model(run.model, plan.parts, plan.steps, rows, mesh=plan.mesh)
-    logged = any(r.get("step") == run.step and r.get("split") == "test" for r in run.records)
-    if run.finished and not logged:  # (a stopped run's log is an uninterrupted run's)
-        _log(run, loggers, {"step": run.step, "split": "test", **metrics})
-    return metrics
+    return evaluate_model(model, plan.parts, plan.steps, rows, mesh=plan.mesh, split=split)
 
 
-def _log(run: Run, loggers: list[Any], record: dict[str, Any]) -> None:
+def _final_checkpoint(plan: Plan, run: Run, bar: Progress) -> pathlib.Path | None:
+    """The checkpoint of the run's last step (with the callbacks' state after ``end``); not
+    written over the best checkpoint of that step when a callback restored other weights."""
+    if run.restored_step is not None and run.saved == run.step:
+        bar.print(
+            f"note: step {run.step}'s checkpoint is the best by checkpoint.keep_best and keeps "
+            f"that step's weights; the weights of step {run.restored_step}, restored at the end, "
+            "are the returned model's."
+        )
+        return None
+    return save_checkpoint(plan, run, run.results if run.results_step == run.step else {})
+
+
+def _log(plan: Plan, run: Run, loggers: list[Any], record: dict[str, Any]) -> None:
     run.records.append(record)
     for logger in loggers:
-        logger.write(record)
+        plan.parts.call(logger, "write", record)
 
 
 def _save_resolved_config(config: Any, run_dir: pathlib.Path, main: bool) -> None:
     """``config.yaml`` in the run directory: the resolved config (includes, overrides and
     interpolations applied, defaults filled in); ``nnx train config.yaml`` reproduces the run."""
     if main:
-        temporary = run_dir / ".config.yaml.tmp"
         try:
-            temporary.write_text(config.to_yaml(), encoding="utf-8")
-            os.replace(temporary, run_dir / "config.yaml")
+            write_whole(run_dir / "config.yaml", config.to_yaml().encode("utf-8"))
         except OSError as error:
             raise RunError(
                 f"cannot write {run_dir / 'config.yaml'}: {os_problem(error)}. Free space or "
@@ -308,23 +364,23 @@ def _loop(
     run.model.train()
     for step in range(span[0] + 1, span[1] + 1):
         fed = time.perf_counter()
-        batch = place(plan.parts.data.batch(step - 1, plan.rows, section.seed))
+        batch = place(plan.parts.train_batch(step - 1, plan.rows, section.seed))
         window.feeding += time.perf_counter() - fed
         loss, values, bad = plan.steps.train(run.model, run.optimizer, batch, bad, np.int32(step))
         run.step = step
         window.losses.append(loss)
         window.values.append(values)
         for callback in plan.parts.callbacks:
-            call(callback, "after_step", run, step)
+            plan.parts.call(callback, "after_step", run, step)
         if step % section.log_interval == 0 or step == plan.total:
             check_bad_step(plan, bad)
             record = window.record(step, plan.rows)
-            _log(run, loggers, record)
+            _log(plan, run, loggers, record)
             bar.update(step, record["loss"], record["examples_per_second"])
-        if step % plan.eval_every == 0 and step != plan.total:  # (the last: by _final)
+        if step % plan.eval_every == 0 or step == plan.total:  # (the last step's: the final)
             check_bad_step(plan, bad)
             evaluating = time.perf_counter()
-            if _evaluate_during(plan, run, loggers, bar):
+            if _evaluate_during(plan, run, loggers, bar, final=step == plan.total):
                 return _stop_early(plan, run)
             window.started += time.perf_counter() - evaluating  # (the rate counts steps only)
             run.model.train()
@@ -336,22 +392,24 @@ def _loop(
     return checkpoint
 
 
-def _evaluate_during(plan: Plan, run: Run, loggers: list[Any], bar: Progress) -> bool:
-    """Evaluate every model, log it, ask the callbacks; whether one stops the run."""
-    rows = eval_batch_size(plan.parts.info, plan.config.sections["train"].batch_size)
-    models = {"test": run.model}
-    for callback in plan.parts.callbacks:
-        models.update({f"test_{n}": m for n, m in (call(callback, "evaluated") or {}).items()})
+def _evaluate_during(
+    plan: Plan, run: Run, loggers: list[Any], bar: Progress, *, final: bool
+) -> bool:
+    """Evaluate every model on the splits of this evaluation (`Parts.splits`), log it, keep
+    the best checkpoint, ask the callbacks; whether one stops the run."""
+    extra = plan.parts.models("evaluated")
     results = {}
-    for split, model in models.items():
-        results[split] = evaluate_model(model, plan.parts, plan.steps, rows, mesh=plan.mesh)
-        _log(run, loggers, {"step": run.step, "split": split, **results[split]})
+    for split in plan.parts.splits(final=final):
+        base, _, name = split.partition("_")
+        results[split] = _evaluated(plan, extra[name] if name else run.model, base)
+        _log(plan, run, loggers, {"step": run.step, "split": split, **results[split]})
         bar.print(evaluation_line(run.step, plan.total, split, results[split]))
+    run.results, run.results_step = results, run.step
     if keep_best(plan, run, results) is not None:
         run.saved = run.step
     stop = False
     for callback, name in zip(plan.parts.callbacks, plan.parts.callback_names):
-        if call(callback, "after_eval", run, run.step, results) and not stop:
+        if plan.parts.stops(callback, run, results) and not stop:
             stop, run.stopped_by = True, name
     return stop
 
@@ -381,7 +439,7 @@ def evaluate(config: Any, checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
     manifest = read_manifest(checkpoint)
     facts = manifest.get("run") or {}
     if "data" in facts:
-        problem = getattr(parts.data, "check_state", lambda saved: None)(facts["data"])
+        problem = parts.call(parts.data, "check_state", facts["data"])
         if problem:
             raise CheckpointError(manifest["directory"], [f"data: {problem}"])
     model = build(model_config(config), rngs=nnx.Rngs(0))

@@ -12,8 +12,8 @@ Example:
     ...     "optimizer": {"type": "adam", "learning_rate": 0.01, "accumulate_steps": 2},
     ...     "train": {"epochs": 3, "batch_size": 32}})
     >>> plan = make_plan(config, assemble(config), pathlib.Path("runs/x"))
-    >>> plan.rows, plan.total, plan.eval_every
-    (64, 66, 22)
+    >>> plan.rows, plan.total, plan.eval_every  # (1294 images after the validation split)
+    (64, 60, 20)
 """
 
 from __future__ import annotations
@@ -22,8 +22,11 @@ import dataclasses
 import pathlib
 from typing import Any
 
+import numpy as np
+
 import nnx_core as nnx
 
+from .._errors import NnxError
 from ..config._build import build
 from ._assembly import Parts, config_error, located_data_error
 from ._memory import trainable_kinds
@@ -51,17 +54,66 @@ class Plan:
     mesh: Any = None
 
 
+def _steps_per_epoch(parts: Parts, rows: int) -> int:
+    """The data's ``steps_per_epoch(rows)``; what it raises besides `NotImplementedError`
+    (no epochs) and the project's own errors is named with the dataset."""
+    label = parts.label(parts.data)
+    try:
+        steps = parts.data.steps_per_epoch(rows)
+    except (NotImplementedError, NnxError):
+        raise
+    except Exception as error:  # noqa: BLE001 - a pack's dataset: named
+        raise label.failed(f"steps_per_epoch({rows})", error) from error
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise label.error(
+            f"gave {steps!r} from steps_per_epoch({rows}); it must be a whole number of at least "
+            "1 (a dataset without epochs raises NotImplementedError: train.steps counts then)."
+        )
+    return int(steps)
+
+
+def _accumulation_error(config: Any, parts: Parts, error: DataError) -> Any:
+    """``error`` located at ``optimizer.accumulate_steps`` when a single micro-batch fits the
+    data but ``accumulate_steps`` of them do not (``None`` otherwise)."""
+    batch = config.sections["train"].batch_size
+    wanted = config.sections["optimizer"].accumulate_steps
+    fits = lambda k: _fits(parts, batch * k)  # noqa: E731
+    if wanted < 2 or not fits(1):
+        return None
+    low, high = 1, wanted  # (fits(low), not fits(high))
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return config_error(
+        config,
+        ("optimizer", "accumulate_steps"),
+        f"accumulate_steps {wanted} makes each update read {wanted} micro-batches of "
+        f"train.batch_size {batch} ({batch * wanted:,} rows), more than the training data "
+        f"gives in an epoch ({error.message.rstrip('.')}); at most {low} micro-batches of "
+        f"{batch} fit: lower accumulate_steps to {low} or less.",
+    )
+
+
+def _fits(parts: Parts, rows: int) -> bool:
+    try:
+        _steps_per_epoch(parts, rows)
+    except DataError:
+        return False
+    return True
+
+
 def make_plan(config: Any, parts: Parts, run_dir: pathlib.Path) -> Plan:
     section = config.sections["train"]
     rows = section.batch_size * config.sections["optimizer"].accumulate_steps
     try:
-        per_epoch = parts.data.steps_per_epoch(rows)
+        per_epoch = _steps_per_epoch(parts, rows)
     except NotImplementedError as error:
         if section.steps is None:
             raise config_error(config, ("train",), f"{error}") from None
         per_epoch = section.steps
     except DataError as error:
-        raise located_data_error(config, error) from None
+        accumulation = _accumulation_error(config, parts, error)
+        raise (accumulation or located_data_error(config, error)) from None
     total = section.steps or per_epoch * (section.epochs or 10)
     ckpt = config.sections["checkpoint"]
     return Plan(

@@ -1,4 +1,5 @@
-"""``metrics.png``: the train and test loss, and the task's main test metric, against the step.
+"""``metrics.png``: the train, validation and test loss, and the task's main metric on the
+validation and test splits, against the step.
 
 Drawn on an Agg canvas of its own: matplotlib's global backend (a notebook's) is untouched.
 
@@ -7,6 +8,7 @@ Example:
     >>> from nnx_plugins.training._plot import plot_metrics
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "metrics.png"
     >>> plot_metrics([{"step": 1, "split": "train", "loss": 2.0},
+    ...               {"step": 1, "split": "val", "loss": 1.6, "r2": 0.25},
     ...               {"step": 1, "split": "test", "loss": 1.5, "r2": 0.3}], path, metric="r2")
     >>> path.read_bytes()[:4]
     b'\\x89PNG'
@@ -14,12 +16,14 @@ Example:
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ._safe_io import write_whole
 from .loggers._base import reported
 
 __all__ = ["plot_metrics"]
@@ -30,24 +34,37 @@ _UNIT_INTERVAL = ("accuracy", "r2")
 def plot_metrics(
     records: list[dict[str, Any]], path: str | os.PathLike[str], *, metric: str | None
 ) -> None:
-    """Write a PNG with the train/test loss and the test ``metric`` (if any) against the step."""
-    train_rows = [r for r in records if r.get("split") == "train" and "loss" in r]
-    test_rows = [r for r in records if r.get("split") == "test" and "loss" in r]
+    """Write a PNG with the train, validation and test loss and the validation and test
+    ``metric`` (if any) against the step (written anew: never through a planted link)."""
+    rows = {
+        split: [r for r in records if r.get("split") == split and "loss" in r]
+        for split in ("train", "val", "test")
+    }
     figure = Figure(figsize=(10, 4))
     FigureCanvasAgg(figure)
     left, right = figure.subplots(1, 2)
-    left.plot([r["step"] for r in train_rows], [r["loss"] for r in train_rows], label="train")
-    left.plot([r["step"] for r in test_rows], [r["loss"] for r in test_rows], "o-", label="test")
-    losses = [r["loss"] for r in train_rows + test_rows]
+    for split, style in (("train", "-"), ("val", "o-"), ("test", "s-")):
+        if rows[split] or split == "train":
+            steps = [r["step"] for r in rows[split]]
+            left.plot(steps, [r["loss"] for r in rows[split]], style, label=split)
+    losses = [r["loss"] for split in rows for r in rows[split]]
     positive = bool(losses) and all(v > 0 for v in losses)
     left.set(xlabel="step", ylabel="loss", yscale="log" if positive else "linear", title="loss")
     left.legend()
-    shown = [r for r in test_rows if metric is not None and metric in r]
-    right.plot([r["step"] for r in shown], [r[metric] for r in shown], "o-")
-    right.set(xlabel="step", ylabel=metric or "", title=f"test {metric}" if metric else "")
+    shown = []
+    for split, style in (("val", "o-"), ("test", "s-")):
+        found = [r for r in rows[split] if metric is not None and metric in r]
+        if found:
+            right.plot([r["step"] for r in found], [r[metric] for r in found], style, label=split)
+            shown += found
+    right.set(xlabel="step", ylabel=metric or "", title=metric or "")
+    if shown:
+        right.legend()
     if metric in _UNIT_INTERVAL and shown:
         lowest = min(r[metric] for r in shown)
         right.set_ylim(max(0.0, lowest - 0.05) if metric == "accuracy" else None, 1.0)
     figure.tight_layout()
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=80)
     with reported(path):
-        figure.savefig(path, dpi=80)
+        write_whole(path, image.getvalue())

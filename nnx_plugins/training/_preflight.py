@@ -23,7 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..config._shapes import DataSpec, ModelCheck, check_model
+from ..registry._errors import PluginError
+from ..registry._registry import default_registry
 from ._memory import check_memory, estimate_memory, trainable_kinds
+from ._part_calls import PartLabel
 from .data._base import DataInfo
 
 __all__ = ["data_spec", "preflight"]
@@ -31,14 +34,22 @@ __all__ = ["data_spec", "preflight"]
 
 def data_spec(info: DataInfo, task: Any) -> DataSpec:
     """The `DataSpec` of data described by ``info`` for ``task``: its inputs, and the task's
-    check of the model's output."""
+    check of the model's output (what it raises named with the task: `RunPartError`)."""
     check = getattr(task, "check_output", None)
-    return DataSpec(
-        info.inputs,
-        info.origin,
-        (lambda output: check(output, info)) if callable(check) else None,
-        info.hint,
-    )
+
+    def checked(output: Any) -> Any:
+        with _label(task).calling("check_output(output, info)"):
+            return check(output, info)
+
+    return DataSpec(info.inputs, info.origin, checked if callable(check) else None, info.hint)
+
+
+def _label(task: Any) -> PartLabel:
+    try:
+        name = default_registry().name_of(type(task), "task")
+    except PluginError:
+        name = type(task).__name__
+    return PartLabel("task", name, ("task",))
 
 
 def preflight(config: Any, info: DataInfo, task: Any, *, allow_large: bool) -> ModelCheck:

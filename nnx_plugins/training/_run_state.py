@@ -5,6 +5,7 @@ the best checkpoint, and the error of a run whose loss stopped being finite.
 
 from __future__ import annotations
 
+import json
 import pathlib
 from typing import Any
 
@@ -13,11 +14,11 @@ import numpy as np
 
 from .._errors import NnxError
 from ._assembly import Parts
-from ._plan import Plan, call
+from ._plan import Plan
 from ._progress import Progress
 from ._run import Run
 from ._steps import all_finite
-from .checkpoints._best import improves, read_best, write_best
+from .checkpoints._best import BEST_FILE, improves, read_best, write_best
 from .checkpoints._load import load
 from .checkpoints._manifest import read_manifest
 from .checkpoints._save import CheckpointError, latest_checkpoint, rotate, save, step_directory
@@ -42,18 +43,20 @@ def resume(plan: Plan, run: Run, bar: Progress) -> int:
     manifest = read_manifest(latest)
     facts = manifest.get("run") or {}
     if "data" in facts:
-        problem = getattr(plan.parts.data, "check_state", lambda saved: None)(facts["data"])
+        problem = plan.parts.call(plan.parts.data, "check_state", facts["data"])
         if problem:
             raise CheckpointError(latest, [f"data: {problem}"])
-    nodes = {name: node for cb in plan.parts.callbacks for name, node in _nodes(cb).items()}
+    nodes = plan.parts.models("nodes")
     held = {name for name in nodes if any(k.startswith(name + "/") for k in manifest["entries"])}
     for name in sorted(set(nodes) - held):
         bar.print(f"note: {latest} has no {name} state; it starts from the current weights.")
     load(latest, into=run.model, optimizer=run.optimizer, extra={n: nodes[n] for n in held})
     _restore_callbacks(plan.parts, facts.get("callbacks"))
     step = int(manifest["step"] or 0)
-    run.stopped_by = facts.get("stopped_by")
+    stopped = facts.get("stopped_by")
+    run.stopped_by = stopped if isinstance(stopped, str) else None
     bar.print(f"resumed from {latest} (step {step})")
+    _note_another_best(plan, bar)
     saved, now = manifest.get("config") or {}, plan.config.to_dict()
     changed = [
         k for k in ("model", "optimizer", "data", "task") if k in saved and saved[k] != now.get(k)
@@ -66,16 +69,38 @@ def resume(plan: Plan, run: Run, bar: Progress) -> int:
     return step
 
 
-def _nodes(callback: Any) -> dict[str, Any]:
-    method = getattr(callback, "nodes", None)
-    return dict(method()) if callable(method) else {}
+def _note_another_best(plan: Plan, bar: Progress) -> None:
+    """Say so when ``best.json`` was chosen by another metric or mode than this run's."""
+    rule = plan.config.sections["checkpoint"].keep_best
+    if rule is None:
+        return
+    found = read_best(plan.ckpt_dir)
+    if found is not None and (found.get("metric"), found.get("mode")) != (rule.metric, rule.mode):
+        bar.print(
+            f"note: {plan.ckpt_dir / BEST_FILE} chose step {found['step']} by "
+            f"{found.get('metric')} ({found.get('mode')}); this run keeps the best by "
+            f"{rule.metric} ({rule.mode}), chosen anew from its next evaluations."
+        )
 
 
 def _callback_states(parts: Parts) -> list[dict[str, Any]]:
     return [
-        {"type": name, "state": call(callback, "state") or {}}
+        {"type": name, "state": _json(parts, callback, parts.call(callback, "state"))}
         for callback, name in zip(parts.callbacks, parts.callback_names)
     ]
+
+
+def _json(parts: Parts, part: Any, state: Any) -> Any:
+    """A part's ``state()`` (``{}`` for ``None``) if JSON can hold it, as a checkpoint must."""
+    state = {} if state is None else state
+    try:
+        json.dumps(state)
+    except (TypeError, ValueError, RecursionError) as error:
+        raise parts.label(part).error(
+            f"gave a state() that JSON cannot hold ({type(error).__name__}: {error}); state() "
+            "returns plain numbers, strings, lists and dicts."
+        ) from None
+    return state
 
 
 def _restore_callbacks(parts: Parts, saved: Any) -> None:
@@ -83,7 +108,8 @@ def _restore_callbacks(parts: Parts, saved: Any) -> None:
     records = saved if isinstance(saved, list) else []
     for callback, name, record in zip(parts.callbacks, parts.callback_names, records):
         if isinstance(record, dict) and record.get("type") == name:
-            call(callback, "restore", record.get("state") or {})
+            state = record.get("state")
+            parts.call(callback, "restore", state if isinstance(state, dict) else {})
 
 
 def _diverged(plan: Plan, step: int, what: str) -> TrainingDivergedError:
@@ -113,12 +139,12 @@ def save_checkpoint(plan: Plan, run: Run, metrics: dict[str, Any] | None = None)
         raise _diverged(plan, step, "the weights or optimizer state hold NaN or infinite values")
     directory = step_directory(plan.ckpt_dir, step)
     facts = {
-        "data": getattr(plan.parts.data, "state", dict)(),
+        "data": _json(plan.parts, plan.parts.data, plan.parts.call(plan.parts.data, "state")),
         "callbacks": _callback_states(plan.parts),
         "stopped_by": run.stopped_by,
         "metrics": metrics or {},
     }
-    extra = {name: node for cb in plan.parts.callbacks for name, node in _nodes(cb).items()}
+    extra = plan.parts.models("nodes")
     # (every process writes its part; process 0 commits, then rotates)
     save(
         run.model,
@@ -141,8 +167,10 @@ def keep_best(plan: Plan, run: Run, results: dict[str, dict[str, float]]) -> pat
     if rule is None:
         return None
     split, _, key = rule.metric.partition(".")
+    if key not in results.get(split, {}):
+        return None
     value = results[split][key]
-    best = read_best(plan.ckpt_dir) if run.is_main else None
+    best = read_best(plan.ckpt_dir, metric=rule.metric, mode=rule.mode) if run.is_main else None
     if run.is_main and not improves(value, best["value"] if best else None, rule.mode):
         value = float("nan")  # (not better: no checkpoint)
     value = float(_shared(value))

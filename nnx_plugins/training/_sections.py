@@ -27,11 +27,13 @@ import pydantic
 from pydantic_core import ValidationError
 
 from .._text import suggest
+from ..config._errors import ConfigError
 from ..config._fields import layer_spec
 from ..config._types import to_json
 from ..registry._errors import PluginError
 from ..registry._providers import NOUN
 from ..registry._registry import default_registry
+from ._part_calls import PartLabel, RunPartError
 from ._problems import Problems
 
 #: ``*args`` (e.g. of ``object.__init__``) is no config argument
@@ -259,11 +261,70 @@ class TaskSection(_OnePart):
     default_type = "classification"
 
 
+#: the key of the data section that is the run's, not the dataset's
+VALIDATION = "validation"
+_FRACTION = {
+    "anyOf": [{"type": "number", "minimum": 0, "exclusiveMaximum": 1}, {"type": "null"}],
+    "default": None,
+    "description": "the share of the training examples held out as the validation split "
+    "(unset: the data's own validation split, or 0.1; 0: none)",
+}
+
+
+def _fraction_problem(value: Any) -> str | None:
+    """Why ``value`` is not a validation fraction (``None``: it is one, or unset)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "expected a fraction in [0, 1) (0: no validation split)"
+    if not 0 <= value < 1:
+        return f"expected a fraction in [0, 1) (0: no validation split), got {value}"
+    return None
+
+
 class DataSection(_OnePart):
-    """``data:`` where the batches come from (default ``digits``)."""
+    """``data:`` where the batches come from (default ``digits``), and ``validation``: the
+    share of the training examples held out as the validation split."""
 
     kind = "dataset"
     default_type = "digits"
+    validation: float | None = None
+
+    @pydantic.model_validator(mode="wrap")
+    @classmethod
+    def _validate(cls, data: Any, handler: Any) -> Any:
+        if isinstance(data, cls):
+            return data
+        fraction = None
+        problems = Problems()
+        if isinstance(data, Mapping) and VALIDATION in data:
+            fraction = data[VALIDATION]
+            data = {k: v for k, v in data.items() if k != VALIDATION}
+            problem = _fraction_problem(fraction)
+            if problem is not None:
+                problems.add((VALIDATION,), problem, fraction)
+        part = _check_part(cls.kind, data, (), problems, cls.default_type)
+        problems.raise_if_any(cls.__name__)
+        if isinstance(fraction, int):
+            fraction = float(fraction)
+        return cls.model_construct(part=part, validation=fraction)
+
+    @pydantic.model_serializer(mode="plain")
+    def _flat(self) -> dict[str, Any]:
+        dumped = self.part.dump()
+        if self.validation is not None:
+            dumped[VALIDATION] = self.validation
+        return dumped
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
+        schemas = part_schemas(cls.kind)
+        for schema in schemas:
+            schema.setdefault("properties", {})[VALIDATION] = dict(_FRACTION)
+        return {
+            "description": cls.__doc__.split("\n")[0] if cls.__doc__ else "",
+            "anyOf": [{"type": "string"}, *schemas],
+        }
 
     def with_paths_resolved(self, folder: str) -> DataSection:
         """This section with its path arguments (``path``) relative to ``folder``."""
@@ -274,7 +335,10 @@ class DataSection(_OnePart):
             if isinstance(value, str) and value:
                 resolve = getattr(cls, "resolve_path", None)
                 arguments[key] = resolve(value, folder) if resolve else os.path.join(folder, value)
-        return type(self).model_construct(part=dataclasses.replace(self.part, arguments=arguments))
+        part = dataclasses.replace(self.part, arguments=arguments)
+        if isinstance(self, DataSection):  # (the tokenizer section shares this method)
+            return type(self).model_construct(part=part, validation=self.validation)
+        return type(self).model_construct(part=part)
 
     def data_spec(self, config: Any) -> Any:
         """What this data feeds the model, and the task's check of its output, for
@@ -291,10 +355,14 @@ class DataSection(_OnePart):
         task_section = config.sections.get("task") or TaskSection.model_validate(
             TaskSection.default_value()
         )
+        label = PartLabel("dataset", section.type, ("data",))
         try:
-            info = section.make().describe()
+            with label.calling("describe()"):
+                info = section.make().describe()
         except DataError:
             return None  # (train reports it)
+        except RunPartError as error:
+            raise ConfigError([config.problem(("data",), str(error))]) from None
         task = task_section.make()
         return DataSpec(
             info.inputs, info.origin, lambda output: task.check_output(output, info), info.hint

@@ -48,4 +48,5 @@ def tokenized(data: Any, tokenizer: TokenizerSection | None) -> Any:
     if "tokenizer" not in parameters or data.arguments.get("tokenizer") is not None:
         return data
     arguments = {**data.arguments, "tokenizer": tokenizer.part.dump()}
-    return type(data).model_construct(part=dataclasses.replace(data.part, arguments=arguments))
+    part = dataclasses.replace(data.part, arguments=arguments)
+    return type(data).model_construct(part=part, validation=data.validation)

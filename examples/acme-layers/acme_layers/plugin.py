@@ -9,7 +9,7 @@ Example:
     >>> from acme_layers.plugin import StopBelow, swish
     >>> swish(jnp.zeros(2))
     Array([0., 0.], dtype=float32)
-    >>> StopBelow(value=0.5).after_eval(None, 10, {"test": {"loss": 0.4}})
+    >>> StopBelow(value=0.5).after_eval(None, 10, {"val": {"loss": 0.4}})
     True
 """
 
@@ -36,7 +36,7 @@ def nnx_register_layers(registry: Any) -> None:
 class StopBelow(Callback):
     """Stop the run once the reported value ``metric`` (``split.key``) falls below ``value``."""
 
-    def __init__(self, *, metric: str = "test.loss", value: float = 0.0):
+    def __init__(self, *, metric: str = "val.loss", value: float = 0.0):
         self.metric, self.value = metric, value
 
     def watches(self) -> dict[str, str]:

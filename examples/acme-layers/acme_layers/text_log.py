@@ -36,13 +36,11 @@ class TextLog(Logger):
     def open(self, run_dir: pathlib.Path, start: int) -> None:
         path = run_dir / self.file
         kept = []
-        if start > 0 and path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
-                parts = line.split()
-                if len(parts) > 1 and parts[1].isdigit() and int(parts[1]) <= start:
-                    kept.append(line)
-        path.write_text("".join(kept), encoding="utf-8")
-        self.handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+        for line in self.read(path) if start > 0 else []:  # (never through a planted link)
+            parts = line.split()
+            if len(parts) > 1 and parts[1].isdigit() and int(parts[1]) <= start:
+                kept.append(line)
+        self.handle = self.create(path, kept)  # (made anew, kept open for the records)
 
     def write(self, record: dict[str, Any]) -> None:
         values = " ".join(
@@ -50,7 +48,8 @@ class TextLog(Logger):
             for k, v in record.items()
             if k not in ("step", "split")
         )
-        self.handle.write(f"step {record['step']} {record.get('split', '')} {values}\n")
+        line = f"step {record['step']} {record.get('split', '')} {values}\n"
+        self.handle.write(line.encode("utf-8"))
         self.handle.flush()
 
     def close(self) -> None:

@@ -2,7 +2,7 @@
 
 It shows a dataset that streams: each batch is made from a generator seeded by ``(seed,
 step)``, so the batch of a step is a pure function of its arguments (resumes stay exact) while
-nothing but the fixed test set is ever stored.
+nothing but the fixed validation and test sets is ever stored.
 
 Example:
     >>> from acme_layers.waves import Waves
@@ -65,6 +65,14 @@ class Waves(Dataset):
         return self._draw(np.random.default_rng([seed, step]), batch_size)
 
     def test_batches(self, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
-        test = self._draw(np.random.default_rng([2**31 - 1]), self.test_examples)
+        yield from self._fixed(2**31 - 1, batch_size)
+
+    def val_batches(self, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
+        """The validation split: a fixed set of its own, drawn apart from the test set (a
+        streaming dataset gives one this way; callbacks watch it as ``val.*``)."""
+        yield from self._fixed(2**31 - 2, batch_size)
+
+    def _fixed(self, seed: int, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
+        fixed = self._draw(np.random.default_rng([seed]), self.test_examples)
         for start in range(0, self.test_examples, batch_size):
-            yield {key: value[start : start + batch_size] for key, value in test.items()}
+            yield {key: value[start : start + batch_size] for key, value in fixed.items()}

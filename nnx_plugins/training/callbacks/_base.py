@@ -7,14 +7,20 @@ A callback is a class whose ``__init__`` arguments are its config (``callbacks: 
   loads them: a callback's `nodes` must exist by then);
 - ``after_step(run, step)`` after each step, on the host: it must not wait for the device
   (dispatch jitted work, never read a value);
-- ``after_eval(run, step, results) -> bool`` after each evaluation (``results`` maps each
-  split, ``test`` and ``test_<model>``, to its values); ``True`` stops the run;
-- ``end(run)`` after the last step, before the final checkpoint;
+- ``after_eval(run, step, results) -> bool`` after each evaluation, the run's last included
+  (``results`` maps each split evaluated, ``val`` and ``val_<model>``, and ``test`` and
+  ``test_<model>`` at the end or when a test value is watched, to its values); ``True`` stops
+  the run;
+- ``end(run)`` after the last step trained (``run.finished``: for good), before the final
+  checkpoint; a callback that puts an earlier step's weights back sets ``run.restored_step``;
 - ``state()`` / ``restore(state)``: JSON-able state saved in each checkpoint;
 - ``nodes()``: Modules saved in each checkpoint beside the model (``{"ema": averaged}``);
-- ``evaluated()``: more models evaluated at each evaluation, by name (split ``test_<name>``);
-- ``watches()``: the reported values it reads, by argument name (``{"metric": "test.loss"}``),
+- ``evaluated()``: more models evaluated at each evaluation, by name (splits ``val_<name>``,
+  ``test_<name>``);
+- ``watches()``: the reported values it reads, by argument name (``{"metric": "val.loss"}``),
   checked against what the run reports before training.
+
+``run`` is the run's `Run` (docs/callbacks.md lists what it holds and what may be changed).
 
 Example:
     >>> from nnx_plugins.training.callbacks._base import Callback

@@ -1,23 +1,27 @@
 """The ``early_stopping`` callback: stop when a reported value stops improving.
 
-After each evaluation the value ``metric`` (``split.key``: ``test.loss``, ``test.accuracy``,
-``test_ema.loss``) is compared with the best so far; after ``patience`` evaluations without an
-improvement larger than ``min_delta`` the run stops (its final checkpoint written, its state
-saying it stopped, so ``--resume`` has nothing left to train). ``restore_best`` puts the
-weights of the best evaluation back at the end (they are kept in memory and in each checkpoint).
+After each evaluation (the run's last included) the value ``metric`` (``split.key``:
+``val.loss``, ``val.accuracy``, ``val_ema.loss``) is compared with the best so far; after
+``patience`` evaluations without an improvement larger than ``min_delta`` the run stops (its
+final checkpoint written, its state saying it stopped, so ``--resume`` has nothing left to
+train). ``restore_best`` puts the weights of the best evaluation back at the end, saying so in
+one line (they are kept in memory and in each checkpoint); the final test figures are then
+those weights', logged as such (``restored_step``). A resumed run watching another metric or
+mode starts its best anew.
 
 Example:
     >>> from nnx_plugins.training.callbacks._early_stopping import EarlyStopping
-    >>> stop = EarlyStopping(metric="test.loss", patience=2)
-    >>> [stop.after_eval(None, step, {"test": {"loss": loss}})
+    >>> stop = EarlyStopping(metric="val.loss", patience=2)
+    >>> [stop.after_eval(None, step, {"val": {"loss": loss}})
     ...  for step, loss in ((10, 1.0), (20, 0.8), (30, 0.9), (40, 0.85))]
     [False, False, False, True]
     >>> stop.state()
-    {'best': 0.8, 'best_step': 20, 'wait': 2, 'stopped': True}
+    {'metric': 'val.loss', 'mode': 'min', 'best': 0.8, 'best_step': 20, 'last': 0.85, 'wait': 2, 'stopped': True}
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import nnx_core
@@ -35,7 +39,9 @@ def read_value(results: dict[str, dict[str, float]], metric: str) -> float:
 
 
 class EarlyStopping(Callback):
-    """Stop after ``patience`` evaluations without improvement (see the module docstring).
+    """Stop after patience evaluations without an improvement of the watched value.
+
+    See the module docstring.
 
     Args:
         metric: the reported value watched, ``split.key``.
@@ -48,7 +54,7 @@ class EarlyStopping(Callback):
     def __init__(
         self,
         *,
-        metric: str = "test.loss",
+        metric: str = "val.loss",
         mode: Literal["min", "max"] = "min",
         patience: int = 5,
         min_delta: float = 0.0,
@@ -56,7 +62,7 @@ class EarlyStopping(Callback):
     ):
         if "." not in metric:
             raise ValueError(
-                f"metric names a reported value as split.key (e.g. test.loss), got {metric!r}."
+                f"metric names a reported value as split.key (e.g. val.loss), got {metric!r}."
             )
         if patience < 1:
             raise ValueError(f"patience must be at least 1, got {patience}.")
@@ -66,6 +72,7 @@ class EarlyStopping(Callback):
         self.min_delta, self.restore_best = min_delta, restore_best
         self.best: float | None = None
         self.best_step: int | None = None
+        self.last: float | None = None
         self.wait = 0
         self.stopped = False
         self.best_model: Any = None
@@ -79,6 +86,7 @@ class EarlyStopping(Callback):
 
     def after_eval(self, run: Any, step: int, results: dict[str, dict[str, float]]) -> bool:
         value = read_value(results, self.metric)
+        self.last = value
         if improves(value, self.best, self.mode, self.min_delta):
             self.best, self.best_step, self.wait = value, step, 0
             if self.best_model is not None:
@@ -89,20 +97,57 @@ class EarlyStopping(Callback):
         return self.stopped
 
     def end(self, run: Any) -> None:
-        if self.best_model is not None and self.best_step is not None and run.finished:
-            nnx_core.update(run.model, nnx_core.state(self.best_model))
+        """With ``restore_best``, put the best evaluation's weights back (saying so) when they
+        are not the last step's."""
+        if self.best_model is None or self.best_step is None or not run.finished:
+            return
+        if self.best_step == run.step:
+            return
+        nnx_core.update(run.model, nnx_core.state(self.best_model))
+        run.restored_step = self.best_step
+        last = (
+            f"; the last evaluation, at step {run.step}, gave {self.last:.6g}"
+            if (self.last is not None)
+            else ""
+        )
+        run.print(
+            f"early_stopping: restored the weights of step {self.best_step}, the best by "
+            f"{self.metric} ({self.best:.6g}, {self.mode}){last}."
+        )
 
     def state(self) -> dict[str, Any]:
         return {
+            "metric": self.metric,
+            "mode": self.mode,
             "best": self.best,
             "best_step": self.best_step,
+            "last": self.last,
             "wait": self.wait,
             "stopped": self.stopped,
         }
 
     def restore(self, state: dict[str, Any]) -> None:
-        self.best, self.best_step = state.get("best"), state.get("best_step")
-        self.wait, self.stopped = int(state.get("wait", 0)), bool(state.get("stopped", False))
+        """Take back a checkpoint's state; one saved while watching another metric or mode
+        (or malformed) is not compared with: the best is chosen anew."""
+        if (state.get("metric"), state.get("mode")) != (self.metric, self.mode):
+            return
+        best, step, wait = state.get("best"), state.get("best_step"), state.get("wait", 0)
+        last = state.get("last")
+        if not (_number(best) or best is None) or not (_count(step) or step is None):
+            return
+        self.best = None if best is None else float(best)
+        self.best_step = step
+        self.last = float(last) if _number(last) else None
+        self.wait = wait if _count(wait) else 0
+        self.stopped = state.get("stopped") is True
 
     def nodes(self) -> dict[str, Any]:
         return {"early_stopping_best": self.best_model} if self.best_model is not None else {}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -42,7 +42,9 @@ _UPDATE: dict[Any, Any] = {}
 
 
 class Ema(Callback):
-    """An exponential moving average of the weights (see the module docstring).
+    """An exponential moving average of the trained weights, evaluated and checkpointed.
+
+    See the module docstring.
 
     Args:
         decay: the largest weight of the old average in each update, in ``[0, 1)``.

@@ -2,7 +2,9 @@
 
 A batch is a dict of numpy arrays: ``inputs``, ``targets`` and, where some positions do not
 count, ``mask``. The batch of a step is a pure function of ``(seed, step)``: a resumed run sees
-exactly the batches an uninterrupted run would have seen (docs/design/runs.md).
+exactly the batches an uninterrupted run would have seen (docs/design/runs.md). Besides the
+training and test splits, a dataset may give a validation split (``val_batches``), its own or
+held out of the training examples (``hold_out``).
 
 Example:
     >>> import numpy as np
@@ -16,6 +18,8 @@ Example:
     (['inputs', 'targets'], (4, 2), 'int32')
     >>> [b["inputs"].shape[0] for b in data.test_batches(1)]
     [1, 1]
+    >>> data.hold_out(0.25, seed=0), data.x_train.shape, data.x_val.shape
+    (True, (6, 2), (2, 2))
 """
 
 from __future__ import annotations
@@ -40,13 +44,23 @@ __all__ = [
     "narrow",
     "check_finite",
     "check_split",
+    "check_fraction",
+    "first_outside",
+    "held_out_rows",
+    "DEFAULT_VALIDATION",
 ]
 
 Batch = dict[str, np.ndarray]
 
+#: the share of the training examples held out for validation when ``data.validation`` is unset
+DEFAULT_VALIDATION = 0.1
+#: the random stream of the held-out rows (the epochs' orders use ``[seed, epoch]``)
+_VALIDATION_STREAM = 2**32 - 1
+
 
 class DataError(NnxError, ValueError):
-    """Data cannot be read or does not fit the run; ``.key`` is the ``data`` argument concerned.
+    """Data cannot be read or does not fit the run; ``.key`` is the ``data`` argument concerned
+    and ``.problem``, once located, where the config writes it (a `Problem`).
 
     Example:
         >>> from nnx_plugins import DataError
@@ -55,10 +69,11 @@ class DataError(NnxError, ValueError):
         ("no such file 'a.npz'.", 'path')
     """
 
-    def __init__(self, message: str, *, key: str | None = None):
+    def __init__(self, message: str, *, key: str | None = None, problem: Any = None):
         super().__init__(message)
         self.message = message
         self.key = key
+        self.problem = problem
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +125,16 @@ class Dataset:
     the data has no epochs); `state` / `check_state` say what a checkpoint must agree on.
     ``path_arguments`` names the ``__init__`` arguments that are file paths, resolved against
     the config file's folder.
+
+    A validation split (split ``val``, what callbacks and ``checkpoint.keep_best`` watch) comes
+    from one of two optional methods. A dataset that streams defines
+    ``val_batches(batch_size) -> Iterator[batch]`` (bounded, like `test_batches`): its own
+    split. A dataset that can set examples aside defines ``hold_out(fraction, *, seed) ->
+    bool`` (`ArrayDataset` and the ``text`` dataset do): the run calls it before training with
+    ``data.validation`` (``None`` when unset) and ``train.seed``, and it returns whether there
+    is a validation split; ``val_batches`` then yields it. A dataset with neither has no
+    validation split. ``validation`` is a key of the ``data`` section itself, so a dataset's
+    ``__init__`` must not take an argument of that name.
     """
 
     name: str = "data"
@@ -141,6 +166,11 @@ class Dataset:
         array's name in the source and the index of its first row there; ``()`` if streamed."""
         return ()
 
+    def input_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
+        """The inputs held in memory, as `label_arrays` (token ids are checked against the
+        model's ``Embed``); ``()`` if streamed."""
+        return ()
+
     def state(self) -> dict[str, Any]:
         """JSON-able facts saved with each checkpoint (e.g. a vocabulary)."""
         return {}
@@ -156,7 +186,7 @@ def narrow(array: np.ndarray, what: str) -> np.ndarray:
 
     Raises:
         DataError: a 64-bit integer value that does not fit in 32 bits (the first, with its
-            index), a non-numeric dtype, or no example axis.
+            index), a complex or non-numeric dtype, or no example axis.
 
     Example:
         >>> import numpy as np
@@ -174,15 +204,19 @@ def narrow(array: np.ndarray, what: str) -> np.ndarray:
             "example (shape (examples, ...))."
         )
     kind = array.dtype.kind
-    if kind not in "biufc" or array.dtype.hasobject:
+    if kind == "c":
+        raise DataError(
+            f"{what} holds complex values ({array.dtype}); inputs and targets must be real "
+            "numbers (a model would silently use the real part only). Give the real and "
+            "imaginary parts as separate features, e.g. np.stack([z.real, z.imag], -1)."
+        )
+    if kind not in "biuf" or array.dtype.hasobject:
         raise DataError(
             f"{what} holds {array.dtype} values; inputs and targets must be numbers or "
             "booleans (convert strings to numbers or token ids first)."
         )
     if array.dtype == np.float64:
         return array.astype(np.float32)
-    if array.dtype == np.complex128:
-        return array.astype(np.complex64)
     if array.dtype in (np.int64, np.uint64):
         target = np.int32 if array.dtype == np.int64 else np.uint32
         limits = np.iinfo(target)
@@ -200,12 +234,17 @@ def narrow(array: np.ndarray, what: str) -> np.ndarray:
 
 
 class ArrayDataset(Dataset):
-    """A dataset of in-memory arrays: ``(x_train, y_train, x_test, y_test)``.
+    """A dataset of in-memory arrays: ``(x_train, y_train, x_test, y_test)`` and, optionally, a
+    validation split of its own (``x_val``, ``y_val``).
 
-    Give the arrays to ``__init__``, or override `load_arrays` (read once, on first use, so
-    that ``describe`` of a subclass that overrides it stays cheap). Arrays are narrowed to
-    what JAX keeps (`narrow`) and must be finite; each epoch's order is `epoch_order`, and the remainder of an
-    epoch that does not fill a batch is skipped.
+    Give the arrays to ``__init__``, or override `load_arrays` (and `load_validation`; read once,
+    on first use, so that ``describe`` of a subclass that overrides them stays cheap). Arrays
+    are narrowed to what JAX keeps (`narrow`) and must be finite; each epoch's order is
+    `epoch_order`, and the remainder of an epoch that does not fill a batch is skipped.
+
+    Without validation arrays of its own, `hold_out` (called by the run with ``data.validation``
+    and ``train.seed``) holds a seeded share of the training examples out as the validation
+    split: ``x_train`` and ``y_train`` are then what is left for training.
     """
 
     def __init__(
@@ -215,9 +254,14 @@ class ArrayDataset(Dataset):
         x_test: Any = None,
         y_test: Any = None,
         *,
+        x_val: Any = None,
+        y_val: Any = None,
         name: str = "data",
     ):
         self._given = (x_train, y_train, x_test, y_test)
+        self._given_val = (x_val, y_val)
+        self._holdout: tuple[float, int] | None = None  # (fraction, seed) of `hold_out`
+        self._use_own = False  # (whether `hold_out` chose the data's own validation arrays)
         self.name = name
 
     def load_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -230,46 +274,143 @@ class ArrayDataset(Dataset):
         x, y, x_test, y_test = self._given
         return np.asarray(x), np.asarray(y), np.asarray(x_test), np.asarray(y_test)
 
+    def load_validation(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The dataset's own validation arrays ``(x_val, y_val)`` (called once), or ``None``;
+        by default those given to ``__init__``."""
+        x_val, y_val = self._given_val
+        if x_val is None and y_val is None:
+            return None
+        if x_val is None or y_val is None:
+            given = "x_val" if y_val is None else "y_val"
+            raise DataError(
+                f"{self.name}: {given} was given without "
+                f"{'y_val' if given == 'x_val' else 'x_val'}; a validation split needs both."
+            )
+        return np.asarray(x_val), np.asarray(y_val)
+
     @functools.cached_property
+    def loaded(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """The arrays as loaded, checked to fit together and narrowed, by split (``train``,
+        ``test`` and, when the data has its own, ``val``): before any holding out."""
+        names = {"train": ("x", "y"), "test": ("x_test", "y_test"), "val": ("x_val", "y_val")}
+        x, y, x_test, y_test = self.load_arrays()
+        raw = {"train": (x, y), "test": (x_test, y_test)}
+        own = self.load_validation()
+        if own is not None:
+            raw["val"] = own
+        parts = {}
+        for split, arrays in raw.items():
+            keys = names[split]
+            pair = [narrow(np.asarray(a), f"{self.name}: {k}") for a, k in zip(arrays, keys)]
+            for array, key in zip(pair, keys):
+                check_finite(array, f"{self.name}: {key}")
+            check_split(pair[0], pair[1], self.name, keys)
+            parts[split] = (pair[0], pair[1])
+        for split in parts:
+            for i in (0, 1):
+                train, other = parts["train"][i], parts[split][i]
+                if train.shape[1:] != other.shape[1:]:
+                    a, b = names["train"][i], names[split][i]
+                    raise DataError(
+                        f"{self.name}: {a!r} has examples of shape {train.shape[1:]} but {b!r} "
+                        f"of shape {other.shape[1:]}; every split needs the same shape."
+                    )
+        return parts
+
+    @property
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The four arrays, checked to fit together and narrowed."""
-        names = ("x", "y", "x_test", "y_test")
-        parts = [
-            narrow(np.asarray(a), f"{self.name}: {n}") for a, n in zip(self.load_arrays(), names)
-        ]
-        for array, key in zip(parts, names):
-            check_finite(array, f"{self.name}: {key}")
-        check_split(parts[0], parts[1], self.name, ("x", "y"))
-        check_split(parts[2], parts[3], self.name, ("x_test", "y_test"))
-        for (train, test), (a, b) in zip(((0, 2), (1, 3)), (("x", "x_test"), ("y", "y_test"))):
-            if parts[train].shape[1:] != parts[test].shape[1:]:
+        """``(x_train, y_train, x_test, y_test)``: the training part after any holding out."""
+        return self.x_train, self.y_train, self.x_test, self.y_test
+
+    def has_own_validation(self) -> bool:
+        """Whether the data comes with validation arrays of its own (`load_validation`)."""
+        return "val" in self.loaded
+
+    def hold_out(self, fraction: float | None, *, seed: int) -> bool:
+        """Choose the validation split; whether there is one.
+
+        Args:
+            fraction: ``None`` for the default (the data's own validation arrays, or
+                `DEFAULT_VALIDATION` of the training examples), ``0`` for none, else the share
+                of the training examples held out (drawn with ``seed``).
+            seed: the run's ``train.seed``.
+
+        Raises:
+            DataError: a fraction outside ``[0, 1)``, a fraction given for data with validation
+                arrays of its own, or too few training examples to hold any out.
+        """
+        check_fraction(fraction)
+        self.__dict__.pop("_splits", None)
+        if fraction == 0:
+            self._holdout = None
+            self._use_own = False
+            return False
+        self._use_own = self.has_own_validation()
+        if self._use_own:
+            if fraction is not None:
                 raise DataError(
-                    f"{self.name}: {a!r} has examples of shape {parts[train].shape[1:]} but "
-                    f"{b!r} of shape {parts[test].shape[1:]}; both splits need the same shape."
+                    f"{self.name} has validation arrays of its own (x_val, y_val); remove "
+                    "data.validation to use them, or set it to 0 to train without a "
+                    "validation split.",
+                    key="validation",
                 )
-        return parts[0], parts[1], parts[2], parts[3]
+            self._holdout = None
+            return True
+        fraction = DEFAULT_VALIDATION if fraction is None else fraction
+        count = len(self.loaded["train"][0])
+        if count - held_count(count, fraction) < 1:
+            raise DataError(
+                f"{self.name} has {count} training example(s): too few to hold "
+                f"{fraction:g} of them out for validation. Give more data or set "
+                "data.validation: 0.",
+                key="validation",
+            )
+        self._holdout = (fraction, seed)
+        return True
+
+    @functools.cached_property
+    def _splits(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        parts = dict(self.loaded)
+        if not getattr(self, "_use_own", False):
+            parts.pop("val", None)
+        holdout = getattr(self, "_holdout", None)
+        if holdout is not None:
+            fraction, seed = holdout
+            x, y = parts["train"]
+            val, keep = held_out_rows(len(x), fraction, seed)
+            parts["train"], parts["val"] = (x[keep], y[keep]), (x[val], y[val])
+        return parts
 
     @property
     def x_train(self) -> np.ndarray:
-        return self.arrays[0]
+        return self._splits["train"][0]
 
     @property
     def y_train(self) -> np.ndarray:
-        return self.arrays[1]
+        return self._splits["train"][1]
 
     @property
     def x_test(self) -> np.ndarray:
-        return self.arrays[2]
+        return self._splits["test"][0]
 
     @property
     def y_test(self) -> np.ndarray:
-        return self.arrays[3]
+        return self._splits["test"][1]
+
+    @property
+    def x_val(self) -> np.ndarray | None:
+        """The validation inputs (``None``: no validation split)."""
+        return self._splits["val"][0] if "val" in self._splits else None
+
+    @property
+    def y_val(self) -> np.ndarray | None:
+        return self._splits["val"][1] if "val" in self._splits else None
 
     def describe(self) -> DataInfo:
-        x, y, _, y_test = self.arrays
+        x, y = self.loaded["train"]
         classes = None
         if np.issubdtype(y.dtype, np.integer) and y.ndim == 1:
-            classes = int(max(y.max(initial=0), y_test.max(initial=0))) + 1
+            classes = int(max(part[1].max(initial=0) for part in self.loaded.values())) + 1
         return DataInfo(
             self.name,
             jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
@@ -286,9 +427,10 @@ class ArrayDataset(Dataset):
         """
         steps = len(self.x_train) // batch_size
         if steps == 0:
+            held = " (after holding the validation split out)" if "val" in self._splits else ""
             raise DataError(
-                f"{self.name} has {len(self.x_train)} training examples, fewer than one batch "
-                f"of {batch_size}; lower train.batch_size."
+                f"{self.name} has {len(self.x_train)} training examples{held}, fewer than one "
+                f"batch of {batch_size}; lower train.batch_size."
             )
         return steps
 
@@ -300,12 +442,84 @@ class ArrayDataset(Dataset):
         return {"inputs": self.x_train[take], "targets": self.y_train[take]}
 
     def test_batches(self, batch_size: int) -> Iterator[Batch]:
-        for start in range(0, len(self.x_test), batch_size):
-            stop = start + batch_size
-            yield {"inputs": self.x_test[start:stop], "targets": self.y_test[start:stop]}
+        return _in_batches(self.x_test, self.y_test, batch_size)
+
+    def val_batches(self, batch_size: int) -> Iterator[Batch]:
+        """The validation split in batches of at most ``batch_size`` (none without one)."""
+        if self.x_val is None or self.y_val is None:
+            return iter(())
+        return _in_batches(self.x_val, self.y_val, batch_size)
 
     def label_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
-        return (("y", self.y_train, 0), ("y_test", self.y_test, 0))
+        names = {"train": "y", "test": "y_test", "val": "y_val"}
+        return tuple((names[split], pair[1], 0) for split, pair in self.loaded.items())
+
+    def input_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
+        names = {"train": "x", "test": "x_test", "val": "x_val"}
+        return tuple((names[split], pair[0], 0) for split, pair in self.loaded.items())
+
+
+def _in_batches(x: np.ndarray, y: np.ndarray, batch_size: int) -> Iterator[Batch]:
+    for start in range(0, len(x), batch_size):
+        stop = start + batch_size
+        yield {"inputs": x[start:stop], "targets": y[start:stop]}
+
+
+def check_fraction(fraction: Any) -> None:
+    """Refuse a validation fraction that is not ``None`` or a number in ``[0, 1)``."""
+    if fraction is None:
+        return
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+        raise DataError(
+            f"validation must be a fraction in [0, 1), got {fraction!r}.", key="validation"
+        )
+    if not 0 <= fraction < 1:
+        raise DataError(
+            f"validation must be a fraction in [0, 1) (0: no validation split), got {fraction}.",
+            key="validation",
+        )
+
+
+def held_count(count: int, fraction: float) -> int:
+    """How many of ``count`` examples a validation ``fraction`` holds out: at least one."""
+    return max(1, int(round(count * fraction)))
+
+
+def held_out_rows(count: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(validation rows, training rows)`` of ``count`` examples, each in increasing order: the
+    validation rows drawn with ``seed`` (a stream of their own, apart from the epochs' orders).
+
+    Example:
+        >>> from nnx_plugins.training.data._base import held_out_rows
+        >>> val, train = held_out_rows(10, 0.2, seed=0)
+        >>> len(val), len(train), sorted(val.tolist() + train.tolist()) == list(range(10))
+        (2, 8, True)
+    """
+    chosen = np.random.default_rng([seed, _VALIDATION_STREAM]).permutation(count)
+    held = np.sort(chosen[: held_count(count, fraction)])
+    keep = np.setdiff1d(np.arange(count), held)
+    return held, keep
+
+
+def first_outside(arrays: Any, size: int) -> tuple[str, str, int] | None:
+    """The first id outside ``[0, size)`` among ``arrays`` (``(name, array, offset)`` triples,
+    as `Dataset.label_arrays` gives them): ``(name, "i, j", value)``, its place in the source
+    (the first index shifted by the offset), or ``None``.
+
+    Example:
+        >>> import numpy as np
+        >>> from nnx_plugins.training.data._base import first_outside
+        >>> first_outside([("y", np.array([[0, 1], [7, -1]]), 10)], 4)
+        ('y', '11, 0', 7)
+    """
+    for name, values, offset in arrays:
+        values = np.asarray(values)
+        bad = np.flatnonzero((values < 0) | (values >= size))
+        if bad.size:
+            index = np.unravel_index(int(bad[0]), values.shape)
+            where = ", ".join(map(str, (int(index[0]) + offset, *map(int, index[1:]))))
+            return name, where, int(values[index])
+    return None
 
 
 def check_split(x: np.ndarray, y: np.ndarray, name: str, keys: tuple[str, str]) -> None:

@@ -68,7 +68,7 @@ def _digits_table() -> np.ndarray:
 
 
 class Digits(ArrayDataset):
-    """scikit-learn's bundled 8x8 digits (1797 images, 10 classes), scaled to ``[0, 1]``.
+    """scikit-learn's bundled 8x8 digits (1797 images, 10 classes), scaled to [0, 1].
 
     Args:
         layout: ``NHWC`` gives ``(N, 8, 8, 1)`` images (for convolutions), ``flat`` gives
@@ -101,8 +101,9 @@ class Digits(ArrayDataset):
 
 
 class Diabetes(ArrayDataset):
-    """scikit-learn's bundled diabetes data: 442 patients, 10 features, a disease-progression
-    target (25-346) one year later; a regression set.
+    """scikit-learn's bundled diabetes data: 442 patients, 10 features, a regression target.
+
+    The target is the disease progression (25-346) one year later.
 
     The features are standardized with the mean and standard deviation of the training split
     (``standardize: false`` keeps the raw values); the targets are as recorded.

@@ -17,11 +17,14 @@ Example:
     >>> data = NpzDataset(path)
     >>> data.x_train.dtype.name, data.x_train.shape, data.x_test.shape
     ('float32', (8, 3), (2, 3))
+    >>> data.hold_out(None, seed=0), data.x_train.shape, data.x_val.shape  # (10% held out)
+    (True, (7, 3), (1, 3))
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import math
 import os
@@ -244,16 +247,19 @@ def read_npz(
 
 
 class NpzDataset(ArrayDataset):
-    """Arrays from an ``.npz`` file: inputs ``x`` and targets ``y`` (and ``x_test``/``y_test``;
-    without them the last ``test_fraction`` of the examples is the test split).
+    """Inputs x and targets y from an .npz file (and its x_test, y_test, x_val, y_val if any).
+
+    Without ``x_test``/``y_test`` the last ``test_fraction`` of the examples is the test split;
+    without ``x_val``/``y_val``, ``data.validation`` of the training examples is held out for
+    validation.
 
     Dtypes are kept (integer inputs such as token ids stay integers), except that 64-bit types
     become 32-bit ones (float64 -> float32; int64 -> int32 when every value fits).
 
     Args:
         path: the ``.npz`` file; relative to the config file.
-        x, y, x_test, y_test: the names of the arrays in the file.
-        test_fraction: the share held out when the file has no test arrays.
+        x, y, x_test, y_test, x_val, y_val: the names of the arrays in the file.
+        test_fraction: the share held out for testing when the file has no test arrays.
     """
 
     def __init__(
@@ -264,6 +270,8 @@ class NpzDataset(ArrayDataset):
         y: str = "y",
         x_test: str = "x_test",
         y_test: str = "y_test",
+        x_val: str = "x_val",
+        y_val: str = "y_val",
         test_fraction: float = 0.2,
     ):
         super().__init__(name=os.path.basename(path))
@@ -272,12 +280,28 @@ class NpzDataset(ArrayDataset):
                 f"test_fraction must be in (0, 1), got {test_fraction}.", key="test_fraction"
             )
         self.path, self.keys, self.test_fraction = path, (x, y, x_test, y_test), test_fraction
+        self.val_keys = (x_val, y_val)
         self._split_at: int | None = None  # (where the test rows start in the file's arrays)
+
+    @functools.cached_property
+    def _file(self) -> dict[str, np.ndarray]:
+        names = [*self.keys, *self.val_keys]
+        arrays = read_npz(self.path, names, required=list(self.keys[:2]))
+        for first, second in (self.keys[2:], self.val_keys):
+            if (first in arrays) != (second in arrays):
+                held, lacking = (first, second) if first in arrays else (second, first)
+                raise DataError(
+                    f"{self.path} holds the array {held!r} but not {lacking!r}; a split needs "
+                    f"both (or neither). Add {lacking!r}, or set data.{_argument(self, lacking)} "
+                    "to the name it has in the file.",
+                    key="path",
+                )
+        return arrays
 
     def load_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         x, y, x_test, y_test = self.keys
-        arrays = read_npz(self.path, [x, y, x_test, y_test], required=[x, y])
-        if x_test in arrays and y_test in arrays:
+        arrays = self._file
+        if x_test in arrays:
             self._split_at = None
             return arrays[x], arrays[y], arrays[x_test], arrays[y_test]
         # (checked whole, so that messages index the file's arrays, not a split of them)
@@ -289,12 +313,28 @@ class NpzDataset(ArrayDataset):
         self._split_at = cut
         return xs[:cut], ys[:cut], xs[cut:], ys[cut:]
 
+    def load_validation(self) -> tuple[np.ndarray, np.ndarray] | None:
+        x_val, y_val = self.val_keys
+        arrays = self._file
+        return (arrays[x_val], arrays[y_val]) if x_val in arrays else None
+
+    def _named(self, arrays: tuple[tuple[str, np.ndarray, int], ...], axis: int) -> Any:
+        keys = (self.keys[axis], self.keys[2 + axis], self.val_keys[axis])
+        names = {"train": keys[0], "test": keys[1], "val": keys[2]}
+        splits = list(self.loaded)
+        named = []
+        for split, (_, array, _) in zip(splits, arrays):
+            if split == "test" and self._split_at is not None:
+                named.append((keys[0], array, self._split_at))
+            else:
+                named.append((names[split], array, 0))
+        return tuple(named)
+
     def label_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
-        _, y, _, y_test = self.keys
-        train, test = self.y_train, self.y_test  # (read first: then the split is known)
-        if self._split_at is None:
-            return ((y, train, 0), (y_test, test, 0))
-        return ((y, train, 0), (y, test, self._split_at))
+        return self._named(super().label_arrays(), 1)
+
+    def input_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
+        return self._named(super().input_arrays(), 0)
 
     def describe(self) -> DataInfo:
         """From the headers of ``x`` and ``y`` (nothing else is read). The classes are not
@@ -304,12 +344,21 @@ class NpzDataset(ArrayDataset):
             headers = npz_headers(handle, self.path, [x, y])
         if x not in headers or y not in headers or not headers[x].shape:
             return super().describe()  # (reading reports what is wrong)
+        for name in (x, y):
+            if headers[name].dtype.kind == "c":
+                narrow(np.zeros(1, headers[name].dtype), f"{self.name}: {name}")  # (refused)
         return DataInfo(
             self.name,
             jax.ShapeDtypeStruct(headers[x].shape[1:], _narrowed(headers[x].dtype)),
             jax.ShapeDtypeStruct(headers[y].shape[1:], _narrowed(headers[y].dtype)),
             f"data ({self.name}, array {x!r})",
         )
+
+
+def _argument(data: NpzDataset, array: str) -> str:
+    """The ``data`` argument that names ``array`` (``x_val`` ...)."""
+    names = ("x", "y", "x_test", "y_test", "x_val", "y_val")
+    return next((n for n, v in zip(names, (*data.keys, *data.val_keys)) if v == array), "x")
 
 
 def _narrowed(dtype: np.dtype) -> Any:

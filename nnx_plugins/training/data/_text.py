@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import glob
 import os
 import sysconfig
 from collections.abc import Iterator, Mapping
@@ -37,14 +36,22 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
-from ._base import Batch, DataError, DataInfo, Dataset, epoch_order
+from ._base import (
+    DEFAULT_VALIDATION,
+    Batch,
+    DataError,
+    DataInfo,
+    Dataset,
+    check_fraction,
+    epoch_order,
+)
 from ._files import check_size, open_regular
+from ._paths import glob_files, has_magic, walk_files
 from ._tokenizers import make_tokenizer
 
 __all__ = ["TextDataset", "Vocabulary", "STDLIB_PREFIX", "text_files"]
 
 STDLIB_PREFIX = "stdlib:"
-_GLOB = frozenset("*?[")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,25 +138,17 @@ def _resolve(path: str) -> str:
     return path
 
 
-def _walk(folder: str) -> list[str]:
-    found = []
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
-        found += [os.path.join(root, f) for f in sorted(files) if not f.startswith(".")]
-    return found
-
-
 def text_files(path: str) -> list[str]:
     """The files ``path`` (a file, folder, glob, or ``stdlib:...``) names, in order.
 
     Raises:
-        DataError: it names nothing.
+        DataError: it names nothing, or makes the search visit too many entries.
     """
     resolved = _resolve(path)
-    if _GLOB & set(resolved):
-        files = sorted(f for f in glob.glob(resolved, recursive=True) if not os.path.isdir(f))
+    if has_magic(resolved):
+        files = glob_files(resolved)
     elif os.path.isdir(resolved):
-        files = _walk(resolved)
+        files = walk_files(resolved)
     else:
         files = [resolved]  # (open_regular says what is wrong with it)
     if not files:
@@ -191,7 +190,9 @@ def _read_text(files: list[str]) -> str:
 
 
 class TextDataset(Dataset):
-    """Windows of ``seq_len`` tokens of UTF-8 text; see the module docstring.
+    """Windows of seq_len tokens of UTF-8 text from files, folders, globs or stdlib:NAME.
+
+    See the module docstring.
 
     Args:
         path: a file, folder or glob (relative to the config file), or ``stdlib:...``.
@@ -213,17 +214,26 @@ class TextDataset(Dataset):
         stride: int | None = None,
         tokenizer: dict[str, Any] | None = None,
     ):
-        for key, value in (("seq_len", seq_len), ("stride", stride or 1)):
+        for key, value in (("seq_len", seq_len), ("stride", 1 if stride is None else stride)):
             if value < 1:
-                raise DataError(f"{key} must be at least 1, got {value}.", key=key)
+                raise DataError(
+                    f"{key} must be at least 1, got {value}"
+                    + (
+                        " (leave stride out for windows that do not overlap)."
+                        if key == "stride"
+                        else "."
+                    ),
+                    key=key,
+                )
         if not 0 < test_fraction < 1:
             raise DataError(
                 f"test_fraction must be in (0, 1), got {test_fraction}.", key="test_fraction"
             )
         self.path, self.seq_len, self.level = path, seq_len, level
-        self.test_fraction, self.stride = test_fraction, stride or seq_len
+        self.test_fraction, self.stride = test_fraction, seq_len if stride is None else stride
         self.tokenizer = tokenizer
         self.name = os.path.basename(path.rstrip("/")) or path
+        self.validation = 0.0  # (the share of the training tokens held out: `hold_out`)
 
     @classmethod
     def resolve_path(cls, value: str, folder: str) -> str:
@@ -276,10 +286,41 @@ class TextDataset(Dataset):
         """Every token id of the text (train, then test)."""
         return self._corpus[0]
 
+    def hold_out(self, fraction: float | None, *, seed: int) -> bool:
+        """Hold the last ``fraction`` of the training tokens (default `DEFAULT_VALIDATION`; 0:
+        none) out as the validation split, just before the test split; whether there is one.
+
+        A contiguous stretch, not windows drawn with ``seed``: the training windows overlap
+        their neighbours' text, so a window drawn from among them would be trained on.
+
+        Raises:
+            DataError: a fraction outside ``[0, 1)``, or too little text for it.
+        """
+        check_fraction(fraction)
+        self.validation = DEFAULT_VALIDATION if fraction is None else float(fraction)
+        self.__dict__.pop("_train_end", None)
+        self.__dict__.pop("_starts", None)
+        return self._train_end < self._corpus[2]  # (checked now: before training starts)
+
+    @functools.cached_property
+    def _train_end(self) -> int:
+        """Where the training tokens end: the validation tokens (if any) follow, then the test."""
+        cut = self._corpus[2]
+        if not self.validation:
+            return cut
+        held = max(self.seq_len + 1, int(round(cut * self.validation)))
+        if cut - held < self.seq_len + 1:
+            raise DataError(
+                f"{self.path!r} holds {cut:,} training tokens: too few for training windows of "
+                f"seq_len {self.seq_len} plus a validation split of {held:,}. Give more text, a "
+                "smaller seq_len or data.validation, or data.validation: 0.",
+                key="validation",
+            )
+        return cut - held
+
     @functools.cached_property
     def _starts(self) -> np.ndarray:
-        cut = self._corpus[2]
-        return np.arange(0, cut - self.seq_len, self.stride)
+        return np.arange(0, self._train_end - self.seq_len, self.stride)
 
     def describe(self) -> DataInfo:
         window = jax.ShapeDtypeStruct((self.seq_len,), np.int32)
@@ -319,7 +360,17 @@ class TextDataset(Dataset):
         return self._windows(self._starts[order[index * batch_size : (index + 1) * batch_size]])
 
     def test_batches(self, batch_size: int) -> Iterator[Batch]:
-        test = self.tokens[self._corpus[2] :].astype(np.int32)
+        return self._masked_windows(self.tokens[self._corpus[2] :], batch_size)
+
+    def val_batches(self, batch_size: int) -> Iterator[Batch]:
+        """The validation split (none unless `hold_out` made one), as `test_batches`."""
+        if self._train_end == self._corpus[2]:
+            return iter(())
+        return self._masked_windows(self.tokens[self._train_end : self._corpus[2]], batch_size)
+
+    def _masked_windows(self, tokens: np.ndarray, batch_size: int) -> Iterator[Batch]:
+        """Consecutive windows over ``tokens``; the last one padded (its padding masked)."""
+        test = tokens.astype(np.int32)
         count = -(-(len(test) - 1) // self.seq_len)
         padded = np.zeros(count * self.seq_len + 1, np.int32)
         padded[: len(test)] = test
@@ -329,6 +380,14 @@ class TextDataset(Dataset):
             rows = np.arange(first, min(first + batch_size, count))
             span = rows[:, None] * self.seq_len + np.arange(self.seq_len)
             yield {"inputs": padded[span], "targets": padded[span + 1], "mask": counted[span]}
+
+    def label_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
+        """The token ids: every target is one of them."""
+        return (("tokens", self.tokens, 0),)
+
+    def input_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
+        """The token ids: every input is one of them."""
+        return (("tokens", self.tokens, 0),)
 
     def state(self) -> dict[str, Any]:
         if self.tokenizer is not None:

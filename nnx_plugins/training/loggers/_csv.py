@@ -11,6 +11,7 @@ Example:
     >>> logger = CsvLogger()
     >>> logger.open(run_dir, 0)
     >>> logger.write({"step": 10, "split": "test", "loss": 0.25, "accuracy": 0.9})
+    >>> logger.close()
     >>> print((run_dir / "metrics.csv").read_text(), end="")
     step,split,name,value
     10,test,loss,0.25
@@ -22,9 +23,9 @@ from __future__ import annotations
 import csv
 import io
 import pathlib
-from typing import Any
+from typing import IO, Any
 
-from ._base import Logger, replace_file, reported
+from ._base import Logger, append, read_lines, start_file
 
 __all__ = ["CsvLogger"]
 
@@ -38,37 +39,41 @@ def _lines(rows: list[list[Any]]) -> list[str]:
 
 
 class CsvLogger(Logger):
-    """``metrics.csv`` in the run directory (see the module docstring).
+    """metrics.csv in the run directory: one row per value, step,split,name,value.
+
+    See the module docstring.
 
     Args:
         file: the file name, inside the run directory.
     """
 
     def __init__(self, *, file: str = "metrics.csv"):
-        if not file or "/" in file or file in (".", ".."):
+        if not file or "/" in file or "\\" in file or file in (".", ".."):
             raise ValueError(
                 f"file must be a plain file name inside the run directory, got {file!r}."
             )
         self.file = file
         self.path: pathlib.Path | None = None
+        self.handle: IO[bytes] | None = None
 
     def open(self, run_dir: pathlib.Path, start: int) -> None:
         self.path = run_dir / self.file
         kept: list[list[Any]] = []
-        if start > 0 and self.path.exists():
-            with reported(self.path), open(self.path, encoding="utf-8", newline="") as handle:
-                for row in csv.reader(handle):
-                    if len(row) == 4 and row[0].isdigit() and int(row[0]) <= start:
-                        kept.append(row)
-        replace_file(self.path, _lines([_HEADER, *kept]))
+        if start > 0:
+            for row in csv.reader(read_lines(self.path)):
+                if len(row) == 4 and row[0].isdigit() and int(row[0]) <= start:
+                    kept.append(row)
+        self.handle = start_file(self.path, _lines([_HEADER, *kept]))
 
     def write(self, record: dict[str, Any]) -> None:
-        if self.path is None:
-            raise RuntimeError("CsvLogger.write before open().")
         rows = [
             [record["step"], record.get("split", ""), key, value]
             for key, value in record.items()
             if key not in ("step", "split")
         ]
-        with reported(self.path), open(self.path, "a", encoding="utf-8", newline="") as handle:
-            handle.writelines(_lines(rows))
+        append(self.handle, self.path, _lines(rows), "CsvLogger")
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None

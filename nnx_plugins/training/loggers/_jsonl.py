@@ -10,6 +10,7 @@ Example:
     >>> logger = JsonlLogger()
     >>> logger.open(run_dir, 0)
     >>> logger.write({"step": 10, "split": "train", "loss": 0.5})
+    >>> logger.close()
     >>> (run_dir / "metrics.jsonl").read_text().splitlines()
     ['{"step": 10, "split": "train", "loss": 0.5}']
     >>> read_records(run_dir / "metrics.jsonl", start=5)
@@ -20,9 +21,9 @@ from __future__ import annotations
 
 import json
 import pathlib
-from typing import Any
+from typing import IO, Any
 
-from ._base import Logger, replace_file, reported
+from ._base import Logger, append, read_lines, start_file
 
 __all__ = ["JsonlLogger", "read_records", "FILE"]
 
@@ -39,11 +40,14 @@ def _parse(line: str) -> dict[str, Any] | None:
 
 
 def read_records(path: pathlib.Path, *, start: int) -> list[dict[str, Any]]:
-    """The records of ``path`` up to step ``start`` (none when it does not exist)."""
-    if start <= 0 or not path.exists():
+    """The records of ``path`` up to step ``start`` (none when it does not exist).
+
+    Raises:
+        RunError: something other than a regular file is at ``path`` (a link, a FIFO).
+    """
+    if start <= 0:
         return []
-    with reported(path), open(path, encoding="utf-8") as handle:
-        lines = [_parse(line) for line in handle]
+    lines = [_parse(line) for line in read_lines(path)]
     return [
         r
         for r in lines
@@ -52,18 +56,27 @@ def read_records(path: pathlib.Path, *, start: int) -> list[dict[str, Any]]:
 
 
 class JsonlLogger(Logger):
-    """``metrics.jsonl`` in the run directory: ``{"step", "split", ...values}`` per line."""
+    """metrics.jsonl in the run directory: one JSON object per record.
+
+    Each line is ``{"step", "split", ...values}``.
+    """
 
     def __init__(self) -> None:
         self.path: pathlib.Path | None = None
+        self.handle: IO[bytes] | None = None
+
+    def files(self) -> list[str]:
+        return [FILE]
 
     def open(self, run_dir: pathlib.Path, start: int) -> None:
         self.path = run_dir / FILE
         kept = read_records(self.path, start=start)
-        replace_file(self.path, [json.dumps(r) + "\n" for r in kept])
+        self.handle = start_file(self.path, [json.dumps(r) + "\n" for r in kept])
 
     def write(self, record: dict[str, Any]) -> None:
-        if self.path is None:
-            raise RuntimeError("JsonlLogger.write before open().")
-        with reported(self.path), open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append(self.handle, self.path, [json.dumps(record) + "\n"], "JsonlLogger")
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None

@@ -66,7 +66,7 @@ class TokenAccuracy(Accuracy):
 
 
 class TopKAccuracy(Average):
-    """The share of examples (or counted tokens) whose label is among the ``k`` highest logits.
+    """The share of examples (or counted tokens) whose label is among the k highest logits.
 
     Args:
         k: how many of the highest logits count.
@@ -106,20 +106,21 @@ class _TargetError(Average):
 
 
 class MeanSquaredError(_TargetError):
-    """The mean of ``(prediction - target) ** 2`` over every output of every example."""
+    """The mean of (prediction - target) ** 2 over every output of every example."""
 
     error = jnp.square
 
 
 class MeanAbsoluteError(_TargetError):
-    """The mean of ``|prediction - target|`` over every output of every example."""
+    """The mean of |prediction - target| over every output of every example."""
 
     error = jnp.abs
 
 
 class R2(Metric):
-    """The coefficient of determination, averaged over the outputs (scikit-learn's
-    ``r2_score`` with ``multioutput="uniform_average"``): ``1 - SS_res / SS_tot`` per output.
+    """The coefficient of determination R², averaged over the outputs, as scikit-learn's.
+
+    ``r2_score`` with ``multioutput="uniform_average"``: ``1 - SS_res / SS_tot`` per output.
 
     The totals are kept per output (sized at `setup` from the data's targets).
     """
@@ -169,7 +170,7 @@ class R2(Metric):
 
 
 class Perplexity(Average):
-    """``exp`` of the mean loss per counted token (the loss being a cross-entropy in nats)."""
+    """The exponential of the mean loss per counted token (a cross-entropy in nats)."""
 
     requires = ("loss",)
 
@@ -184,7 +185,7 @@ class Perplexity(Average):
 
 
 class BitsPerToken(Perplexity):
-    """The mean loss per counted token in bits (``loss / ln 2``): bits per byte on bytes."""
+    """The mean loss per counted token in bits (loss / ln 2): bits per byte on bytes."""
 
     def compute(self) -> jax.Array:
         return Average.compute(self) / jnp.log(2.0)

@@ -42,7 +42,7 @@ def first_bad_label(labels: np.ndarray, classes: int) -> tuple[int, int] | None:
 
 
 class Classification(Task):
-    """Softmax cross-entropy classification (the default task).
+    """Softmax cross-entropy on (batch, classes) logits of integer labels (the default task).
 
     The model maps a batch of inputs to ``(batch, classes)`` logits; targets are integer
     class indices. Reports ``loss`` and ``accuracy`` on the test split.

@@ -24,14 +24,17 @@ import jax.numpy as jnp
 import optax
 
 from ...config._shapes import spell
-from ..data._base import DataError
+from ..data._base import DataError, first_outside
 from ._base import Task
 
 __all__ = ["LanguageModel"]
 
 
 class LanguageModel(Task):
-    """Next-token prediction over token ids (see the module docstring)."""
+    """Next-token cross-entropy on (batch, seq, vocab) logits of token ids.
+
+    See the module docstring.
+    """
 
     metrics = ("perplexity", "bits_per_token", "accuracy")
     train_metrics = ()
@@ -41,6 +44,8 @@ class LanguageModel(Task):
         pass
 
     def check_data(self, data: Any, info: Any, output: Any) -> None:
+        """Token ids, one sequence per example; every target id (the first bad one named) a
+        row of the model's logits."""
         for what, struct in (("inputs", info.inputs), ("targets", info.targets)):
             if not jnp.issubdtype(struct.dtype, jnp.integer) or len(struct.shape) != 1:
                 raise DataError(
@@ -48,6 +53,18 @@ class LanguageModel(Task):
                     f"but its {what} are {spell(struct)} per example; use data of type text (or "
                     "integer arrays of shape (examples, seq_len))."
                 )
+        shape = tuple(getattr(output, "shape", ()))
+        if len(shape) != 3:
+            return
+        held = data.label_arrays() if callable(getattr(data, "label_arrays", None)) else ()
+        found = first_outside(held, shape[-1])
+        if found is not None:
+            name, where, value = found
+            raise DataError(
+                f"{info.name}: target token id {name}[{where}] is {value}, outside the model's "
+                f"{shape[-1]} token logits (ids 0 to {shape[-1] - 1}). Token ids must index "
+                "the vocabulary: fix the data, or give the model more outputs."
+            )
 
     def check_output(self, output: Any, info: Any) -> str | None:
         seq = info.inputs.shape[0]

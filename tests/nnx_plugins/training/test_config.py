@@ -139,8 +139,11 @@ def test_npz_defaults_are_filled_in():
         "y": "y",
         "x_test": "x_test",
         "y_test": "y_test",
+        "x_val": "x_val",
+        "y_val": "y_val",
         "test_fraction": 0.2,
     }
+    assert data.validation is None  # (the data section's own key: unset, the default)
 
 
 def test_json_schema_has_the_file_spelling():

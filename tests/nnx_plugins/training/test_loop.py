@@ -73,7 +73,9 @@ def test_metrics_log_and_plot(full_run):
     records = rows(full_run.run_dir / "metrics.jsonl")
     train_steps = [r["step"] for r in records if r["split"] == "train"]
     test_steps = [r["step"] for r in records if r["split"] == "test"]
-    assert train_steps == list(range(5, 61, 5)) and test_steps == [20, 40, 60]
+    val_steps = [r["step"] for r in records if r["split"] == "val"]
+    assert train_steps == list(range(5, 61, 5)) and val_steps == [20, 40, 60]
+    assert test_steps == [60]  # (the test split: at the end only)
     assert all(r["examples_per_second"] > 0 for r in records if r["split"] == "train")
     assert records[-1]["accuracy"] == full_run.test_accuracy
     assert (full_run.run_dir / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -117,7 +119,7 @@ def test_resume_without_a_checkpoint_starts_at_zero(tmp_path, capsys):
     assert result.step == 4
     out = capsys.readouterr().out
     assert "no checkpoint in" in out and "starting from step 0" in out
-    assert "step      2/4  test loss" in out
+    assert "step      2/4  val loss" in out and "step      4/4  test loss" in out
 
 
 def test_trainable_filter_freezes_other_kinds(tmp_path):
@@ -192,7 +194,8 @@ def test_npz_training(tmp_path):
         """)
     )
     result = train(tmp_path / "c.yaml", run_dir=tmp_path / "run", progress=False)
-    assert result.step == 30 and result.test_accuracy > 0.9
+    # (150 training examples, 15 held out for validation: 5 batches of 25 per epoch)
+    assert result.step == 25 and result.test_accuracy > 0.9
 
 
 # -- the command line ------------------------------------------------------------------------
@@ -492,19 +495,19 @@ def test_keep_best_keeps_the_best_checkpoint_beside_the_newest(tmp_path):
         "checkpoint": {
             "interval": 10,
             "keep": 1,
-            "keep_best": {"metric": "test.loss", "mode": "max"},
+            "keep_best": {"metric": "val.loss", "mode": "max"},
         },
     }
     result = train(config, run_dir=tmp_path, progress=False)
     best = json.loads((tmp_path / "checkpoints" / "best.json").read_text())
-    tests = [r for r in rows(tmp_path / "metrics.jsonl") if r["split"] == "test"]
+    tests = [r for r in rows(tmp_path / "metrics.jsonl") if r["split"] == "val"]
     worst = max(tests, key=lambda r: r["loss"])
     assert best["step"] == worst["step"] == 20 and best["value"] == pytest.approx(worst["loss"])
     kept = sorted(
         p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith("step_")
     )
     assert kept == ["step_00000020", result.checkpoint.name]
-    assert read_manifest(tmp_path / "checkpoints" / "step_00000020")["run"]["metrics"]["test"][
+    assert read_manifest(tmp_path / "checkpoints" / "step_00000020")["run"]["metrics"]["val"][
         "loss"
     ] == pytest.approx(worst["loss"])
 
@@ -512,8 +515,8 @@ def test_keep_best_keeps_the_best_checkpoint_beside_the_newest(tmp_path):
 def test_labels_outside_the_model_classes_are_named_before_training(tmp_path):
     np.savez(
         tmp_path / "d.npz",
-        x=np.ones((40, 64)),
-        y=np.r_[np.zeros(30, int), [3, 10], np.zeros(8, int)],
+        x=np.ones((50, 64)),
+        y=np.r_[np.zeros(30, int), [3, 10], np.zeros(18, int)],
     )
     config = {**MLP, "data": {"type": "npz", "path": str(tmp_path / "d.npz")}}
     with pytest.raises(
@@ -641,3 +644,28 @@ def test_a_dataset_without_epochs_needs_train_steps(nnx_registry, tmp_path):
         train(config, run_dir=tmp_path, progress=False)
     config["train"] = {"batch_size": 32, "steps": 10}
     assert train(config, run_dir=tmp_path, progress=False).step == 10
+
+
+def test_every_evaluation_reaches_the_callbacks_the_last_included(nnx_registry, tmp_path):
+    from nnx_plugins import Callback, register_callback
+
+    seen = []
+
+    @register_callback("test.count_evaluations")
+    class Count(Callback):
+        def after_eval(self, run, step, results):
+            seen.append((step, sorted(results)))
+            return False
+
+    config = {
+        **MLP,
+        "train": {**MLP["train"], "steps": 50, "eval_interval": 5},
+        "callbacks": ["test.count_evaluations"],
+        "checkpoint": {},
+    }
+    result = train(config, run_dir=tmp_path, progress=False)
+    assert [step for step, _ in seen] == list(range(5, 51, 5))  # (10 evaluations, 10 calls)
+    assert seen[0][1] == ["val"] and seen[-1][1] == ["test", "val"]  # (the last: val and test)
+    assert result.metrics == {
+        k: v for k, v in rows(tmp_path / "metrics.jsonl")[-1].items() if k in result.metrics
+    }

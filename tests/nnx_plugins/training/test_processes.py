@@ -109,7 +109,9 @@ def write_config(where, config=MLP, name="mlp.json"):
 def losses(run_dir):
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [r["loss"] for r in rows if r["split"] == "train"], [
-        (r["step"], r["loss"], r["accuracy"]) for r in rows if r["split"] == "test"
+        (r["step"], r["split"], r["loss"], r["accuracy"])
+        for r in rows
+        if r["split"] in ("val", "test")
     ]
 
 
@@ -150,7 +152,7 @@ def test_two_processes_train_like_one_process_and_their_checkpoint_resumes_in_on
     assert (code0, code1, code) == (0, 0, 0), err0[-3000:] + err1[-3000:] + err[-3000:]
 
     # one process reports for all: the bar, the evaluations, the summary, one log and plot
-    assert "trained 12 steps" in out0 and "step      6/12  test loss" in out0
+    assert "trained 12 steps" in out0 and "step      6/12  val loss" in out0
     assert re.search(r"^train .* 12/12 loss \d\.\d{4} [\d,]+ ex/s", out0, re.M), out0  # (the bar)
     assert out1 == "" and err1 == ""
     assert sorted(p.name for p in two_dir.iterdir()) == [
@@ -162,9 +164,13 @@ def test_two_processes_train_like_one_process_and_their_checkpoint_resumes_in_on
     ]
     train_two, test_two = losses(two_dir)
     train_one, test_one = losses(one_dir)
-    assert len(train_two) == 12 and [s for s, _, _ in test_two] == [6, 12]
+    assert len(train_two) == 12 and [t[:2] for t in test_two] == [
+        (6, "val"),
+        (12, "val"),
+        (12, "test"),
+    ]
     np.testing.assert_allclose(train_two, train_one, rtol=2e-3)
-    np.testing.assert_allclose([t[1:] for t in test_two], [t[1:] for t in test_one], rtol=2e-3)
+    np.testing.assert_allclose([t[2:] for t in test_two], [t[2:] for t in test_one], rtol=2e-3)
 
     # each process wrote its own blocks; process 0 committed
     final = two_dir / "checkpoints" / "step_00000012"
@@ -183,7 +189,7 @@ def test_two_processes_train_like_one_process_and_their_checkpoint_resumes_in_on
     reference, got = values(one_dir / "checkpoints" / "step_00000012"), values(final)
     assert_close(reference, got)
     loss_gap = max(abs(a - b) / abs(b) for a, b in zip(train_two, train_one))
-    test_gap = max(abs(a - b) for s, t in zip(test_two, test_one) for a, b in zip(s[1:], t[1:]))
+    test_gap = max(abs(a - b) for s, t in zip(test_two, test_one) for a, b in zip(s[2:], t[2:]))
     parameter_gap = max(float(np.max(np.abs(got[k] - reference[k].astype(float)))) for k in got)
 
     # 2 -> 1: the 2-process checkpoint of step 6 resumes here, in one process on one device
@@ -210,14 +216,14 @@ def test_two_processes_run_the_callbacks_and_keep_best_as_one_process_does(tmp_p
     config = dict(
         MLP,
         train={"steps": 24, "batch_size": 32, "log_interval": 1, "eval_interval": 3},
-        checkpoint={"interval": 3, "keep": 1, "keep_best": {"metric": "test.loss", "mode": "min"}},
+        checkpoint={"interval": 3, "keep": 1, "keep_best": {"metric": "val.loss", "mode": "min"}},
         callbacks=[
             {"type": "ema", "decay": 0.9},
             # no improvement counts (min_delta): stops after the third evaluation, restoring
             # the first one's weights
             {
                 "type": "early_stopping",
-                "metric": "test.loss",
+                "metric": "val.loss",
                 "patience": 2,
                 "min_delta": 10.0,
                 "restore_best": True,
@@ -236,7 +242,7 @@ def test_two_processes_run_the_callbacks_and_keep_best_as_one_process_does(tmp_p
         [
             (r["step"], r["loss"])
             for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())
-            if r["split"] == "test_ema"
+            if r["split"] == "val_ema"
         ]
         for d in (two_dir, one_dir)
     )
@@ -267,7 +273,8 @@ def test_a_one_process_checkpoint_resumes_in_two_processes(tmp_path):
     print(f"\nresumed 1 -> 2 against uninterrupted: parameters within {gap:.1e}")
     log = (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
     steps = [json.loads(line)["step"] for line in log]
-    assert steps == [1, 2, 3, 4, 5, 6, 6, 7, 8, 9, 10, 11, 12, 12]  # (train and test lines)
+    # (train lines; val at 6; val and test at 12)
+    assert steps == [1, 2, 3, 4, 5, 6, 6, 7, 8, 9, 10, 11, 12, 12, 12]
 
 
 # -- failures --------------------------------------------------------------------------------

@@ -32,9 +32,8 @@ def test_the_average_is_evaluated_and_checkpointed(tmp_path):
     splits = [
         json.loads(line)["split"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
     ]
-    assert (
-        splits.count("test_ema") == 1 and "test" in splits
-    )  # (at step 20; the end reports the model)
+    # (val and val_ema at steps 20 and 40; the test splits at the end)
+    assert splits.count("val_ema") == 2 and splits.count("test_ema") == splits.count("test") == 1
     entries = read_manifest(result.checkpoint)["entries"]
     assert {"ema/layers/0/kernel", "ema/layers/1/mean"} <= set(entries)
 
@@ -59,13 +58,33 @@ def test_early_stopping_may_watch_the_average(tmp_path):
             {"type": "ema"},
             {
                 "type": "early_stopping",
-                "metric": "test_ema.loss",
+                "metric": "val_ema.loss",
                 "patience": 1,
                 "min_delta": 100.0,
             },
         ],
     }
     assert train(config, run_dir=tmp_path, progress=False).stopped_by == "early_stopping"
+
+
+def test_two_averages_are_both_kept_under_names_of_their_own(tmp_path):
+    config = {
+        **CONFIG,
+        "train": {**CONFIG["train"], "steps": 20},
+        "callbacks": [
+            {"type": "ema", "decay": 0.5},
+            {"type": "ema", "decay": 0.99},
+            {"type": "early_stopping", "metric": "val_ema_1.loss", "patience": 5},
+        ],
+    }
+    result = train(config, run_dir=tmp_path, progress=False)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    by_split = {r["split"]: r["loss"] for r in records if r["split"] != "train"}
+    assert set(by_split) == {"val", "val_ema_0", "val_ema_1", "test", "test_ema_0", "test_ema_1"}
+    assert by_split["val_ema_0"] != by_split["val_ema_1"]
+    entries = read_manifest(result.checkpoint)["entries"]
+    a, b = entries["ema_0/layers/0/kernel"], entries["ema_1/layers/0/kernel"]
+    assert a["shape"] == b["shape"] and "ema/layers/0/kernel" not in entries
 
 
 def test_decay_is_checked():

@@ -112,3 +112,43 @@ def test_a_logger_must_write():
 def test_writing_before_open_is_a_programming_error(logger):
     with pytest.raises(RuntimeError, match=r"Logger\.write before open\(\)"):
         logger.write({"step": 1, "split": "train"})
+
+
+@pytest.mark.parametrize(
+    "body, cause",
+    [
+        ("raise TypeError('Descriptors cannot be created directly')", "TypeError: Descriptors"),
+        ("raise SystemExit(3)", "SystemExit: 3"),
+        ("raise ImportError('libfoo.so: cannot open shared object file')", "ImportError: libfoo"),
+    ],
+)
+def test_a_tensorboardx_that_fails_to_import_is_reported_before_the_run(
+    tmp_path, monkeypatch, capsys, body, cause
+):
+    import sys
+
+    from nnx_plugins.cli._main import main
+
+    broken = tmp_path / "site" / "tensorboardX"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text(body + "\n")
+    for name in [n for n in sys.modules if n == "tensorboardX" or n.startswith("tensorboardX.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "model: {type: Linear, in_features: 64, out_features: 10}\n"
+        "data: {type: digits, layout: flat}\n"
+        "train: {steps: 2}\n"
+        "loggers: [jsonl, tensorboard]\n"
+    )
+    message = (
+        "loggers[1]: logger 'tensorboard' refused it: the tensorboard logger writes through "
+        f"tensorboardX, which is installed but fails to import ({cause}"
+    )
+    assert main(["config", "validate", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert main(["train", str(config), "--run-dir", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and not (tmp_path / "run").exists()
