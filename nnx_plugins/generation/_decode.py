@@ -265,24 +265,27 @@ def decode(
         raise GenerationError(f"scan_blocks must be True or False, got {scan_blocks!r}.")
     _check_length(model, prompt, max_tokens)
     graphdef, state = nnx.split(model)
+    leaves, treedef = jax.tree.flatten(state)
+    if not scan_blocks:  # (the Repeats' blocks taken apart before the program: see _unroll)
+        plan = unrolling(graphdef, treedef, leaves)
+        graphdef, treedef, leaves = plan.graphdef, plan.treedef, unstack(plan, leaves)
     options = dict(new=max_tokens, temperature=float(temperature), top_k=top_k)
-    if not scan_blocks and any(isinstance(m, Repeat) for _, m in model.iter_modules()):
-        plan = unrolling(graphdef, state)  # (the blocks' weights apart, before the program)
-        graphdef, state = plan.graphdef, jax.tree.unflatten(plan.treedef, unstack(plan, state))
-    return _cached(state, prompt, jax.random.key(seed), graphdef=graphdef, **options)
+    key = jax.random.key(seed)
+    return _cached(leaves, prompt, key, graphdef=graphdef, treedef=treedef, **options)
 
 
 _STATIC = ("graphdef", "new", "temperature", "top_k")
 
 
-@functools.partial(jax.jit, static_argnames=_STATIC)
-def _cached(state: Any, prompt: jax.Array, key: jax.Array, **static: Any) -> jax.Array:
-    """`decode`'s compiled program: a copy of the model put in decoding mode, then one
-    position per step, the non-Param state carried. The copy, the start of its caches and the
-    steps are one program, so a call costs no eager work on the device (on a GPU the eager
-    copy and cache start of the model took longer than decoding 256 tokens)."""
+@functools.partial(jax.jit, static_argnames=(*_STATIC, "treedef"))
+def _cached(leaves: list[Any], prompt: jax.Array, key: jax.Array, **static: Any) -> jax.Array:
+    """`decode`'s compiled program: a copy of the model (its State's ``leaves``) put in
+    decoding mode, then one position per step, the non-Param state carried. The copy, the
+    start of its caches and the steps are one program, so a call costs no eager work on the
+    device (on a GPU the eager copy and cache start took longer than decoding 256 tokens)."""
     batch, length = prompt.shape
     new = static["new"]
+    state = jax.tree.unflatten(static["treedef"], leaves)
     model = nnx.merge(static["graphdef"], state)  # new objects: the caller's model is untouched
     start_decoding(model, batch, length + new)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)

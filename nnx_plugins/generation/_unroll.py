@@ -22,8 +22,9 @@ Example:
     >>> from nnx_plugins.generation._unroll import unrolling, unstack
     >>> model = Sequential(Repeat(lambda rngs: Linear(2, 2, rngs=rngs), 3, rngs=nnx.Rngs(0)))
     >>> graphdef, state = nnx.split(model)
-    >>> plan = unrolling(graphdef, state)
-    >>> unrolled = nnx.merge(plan.graphdef, jax.tree.unflatten(plan.treedef, unstack(plan, state)))
+    >>> leaves, treedef = jax.tree.flatten(state)
+    >>> plan = unrolling(graphdef, treedef, leaves)
+    >>> unrolled = nnx.merge(plan.graphdef, jax.tree.unflatten(plan.treedef, unstack(plan, leaves)))
     >>> [layer.kernel.shape for layer in unrolled.layers[0].blocks]
     [(2, 2), (2, 2), (2, 2)]
     >>> x = jnp.ones((1, 2))
@@ -103,15 +104,15 @@ class Unrolling:
 _UNROLLINGS: OrderedDict[Any, Unrolling] = OrderedDict()
 
 
-def unrolling(graphdef: Any, state: Any) -> Unrolling:
-    """The `Unrolling` of the model ``nnx.merge(graphdef, state)``: found once per structure
-    and shapes (by unrolling an abstract copy, which computes nothing); the last few are kept."""
-    leaves, treedef = jax.tree.flatten(state)
+def unrolling(graphdef: Any, treedef: Any, leaves: list[Any]) -> Unrolling:
+    """The `Unrolling` of the model ``nnx.merge(graphdef, jax.tree.unflatten(treedef,
+    leaves))``: found once per structure and shapes (by unrolling an abstract copy, which
+    computes nothing); the last few are kept."""
     shapes = tuple((getattr(x, "shape", ()), getattr(x, "dtype", type(x))) for x in leaves)
     key = (graphdef, treedef, shapes)
     found = _UNROLLINGS.get(key)
     if found is None:
-        found = _UNROLLINGS[key] = _find(graphdef, state)
+        found = _UNROLLINGS[key] = _find(graphdef, jax.tree.unflatten(treedef, leaves))
         while len(_UNROLLINGS) > _KEPT:
             _UNROLLINGS.popitem(last=False)
     else:
@@ -198,10 +199,12 @@ def _take(stacked: list[Any], index: jax.Array) -> list[Any]:
     return out
 
 
-def unstack(plan: Unrolling, state: Any) -> list[Any]:
-    """The leaves of the unrolled model's State (``plan.treedef``) for the model's ``state``:
-    its own leaves, and each block's slices of the stacked ones (one `_take` call a block)."""
-    leaves = jax.tree.leaves(state)
+def unstack(plan: Unrolling, leaves: list[Any]) -> list[Any]:
+    """The leaves of the unrolled model's State (``plan.treedef``) for the model's State
+    ``leaves``: its own leaves, and each block's slices of the stacked ones (one `_take` call
+    per block)."""
+    if not plan.taken:
+        return leaves
     out = [leaves[j] if j >= 0 else None for j in plan.kept]
     for index, positions, sources in plan.taken:
         sliced = _take([leaves[j] for j in sources], np.asarray(index, np.int32))

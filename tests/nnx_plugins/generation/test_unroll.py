@@ -30,8 +30,9 @@ def repeat_gpt(count: int, seed: int = 1):
 def fed(model):
     """The unrolled copy that decode's program gets, built from the model's State."""
     graphdef, state = nnx.split(model)
-    plan = unrolling(graphdef, state)
-    return nnx.merge(plan.graphdef, jax.tree.unflatten(plan.treedef, unstack(plan, state)))
+    leaves, treedef = jax.tree.flatten(state)
+    plan = unrolling(graphdef, treedef, leaves)
+    return nnx.merge(plan.graphdef, jax.tree.unflatten(plan.treedef, unstack(plan, leaves)))
 
 
 def test_the_copy_fed_from_the_stacked_state_holds_each_blocks_weights():
@@ -92,13 +93,14 @@ def test_decode_program_takes_each_blocks_weights_as_its_own_arrays():
     def slices(count: int) -> int:
         model = repeat_gpt(count)
         graphdef, state = nnx.split(model)
-        plan = unrolling(graphdef, state)
-        leaves = jax.tree.unflatten(plan.treedef, unstack(plan, state))
+        leaves, treedef = jax.tree.flatten(state)
+        plan = unrolling(graphdef, treedef, leaves)
         text = _decode._cached.lower(
-            leaves,
+            unstack(plan, leaves),
             PROMPT,
             jax.random.key(0),
             graphdef=plan.graphdef,
+            treedef=plan.treedef,
             new=2,
             temperature=0.0,
             top_k=None,
@@ -124,13 +126,15 @@ def test_the_unrollings_kept_are_bounded(monkeypatch):
     _unroll._UNROLLINGS.clear()
     layers = [Linear(2, 2, rngs=nnx.Rngs(i)) for i in range(3)]
     for count in (1, 2, 3):
-        unrolling(*nnx.split(Repeat.from_layers(layers[:count])))
+        graphdef, state = nnx.split(Repeat.from_layers(layers[:count]))
+        unrolling(graphdef, *reversed(jax.tree.flatten(state)))
     assert len(_unroll._UNROLLINGS) == 2
 
 
 def test_a_model_without_repeat_is_fed_as_it_is():
     model = Sequential(nnx_layers.Linear(2, 2, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(model)
-    plan = unrolling(graphdef, state)
+    leaves, treedef = jax.tree.flatten(state)
+    plan = unrolling(graphdef, treedef, leaves)
     assert plan.graphdef == graphdef and plan.taken == []
-    assert all(a is b for a, b in zip(unstack(plan, state), jax.tree.leaves(state)))
+    assert unstack(plan, leaves) is leaves
