@@ -22,6 +22,7 @@ from typing import Any
 
 from .._errors import NnxError
 from ._config import one_file
+from ._output import add_compile_cache_option
 
 __all__ = ["add_commands"]
 
@@ -42,6 +43,7 @@ def _generate(args: argparse.Namespace) -> int:
             temperature=args.temperature,
             top_k=args.top_k,
             seed=args.seed,
+            compile_cache=not args.no_compile_cache,
         )
     except NnxError as error:  # (configs, checkpoints, data, prompts: they say where)
         print(f"nnx: error: {error}", file=sys.stderr)
@@ -121,3 +123,4 @@ def add_commands(subparsers: Any) -> None:
     parser.add_argument(
         "--seed", metavar="S", type=_whole(0), default=0, help="random seed (default 0)"
     )
+    add_compile_cache_option(parser)

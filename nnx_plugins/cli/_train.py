@@ -28,7 +28,7 @@ from rich.console import Console
 from .._errors import NnxError
 from ..training._address import address_problem
 from ._config import one_file
-from ._output import report
+from ._output import add_compile_cache_option, report
 from ._supervise import supervise
 
 __all__ = ["add_commands"]
@@ -71,6 +71,7 @@ def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
                 progress=not args.no_progress,
                 console=console,
                 allow_large=args.allow_large,
+                compile_cache=not args.no_compile_cache,
             )
     except RunError as error:  # the run directory, the devices, the batch, the processes
         report(f"nnx: error: {_who(group)}{error}")
@@ -163,7 +164,7 @@ def _eval(args: argparse.Namespace) -> int:
     from ..training._loop import evaluate  # (here: listing stays light)
 
     try:
-        metrics = evaluate(args.file, args.checkpoint)
+        metrics = evaluate(args.file, args.checkpoint, compile_cache=not args.no_compile_cache)
     except NnxError as error:
         report(str(error))
         return 1
@@ -211,6 +212,7 @@ def add_commands(subparsers: Any) -> None:
         action="store_true",
         help="train even when the memory estimate exceeds the memory available",
     )
+    add_compile_cache_option(parser)
     _add_process_options(parser)
 
     text = "evaluate a checkpoint on the test split of a config's data"
@@ -223,6 +225,7 @@ def add_commands(subparsers: Any) -> None:
         required=True,
         help="a checkpoint directory, or a directory of step_N checkpoints",
     )
+    add_compile_cache_option(parser)
 
 
 def _add_process_options(parser: argparse.ArgumentParser) -> None:
