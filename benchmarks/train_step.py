@@ -1,7 +1,7 @@
 """Steady-state time per train step: ours vs flax.nnx vs a plain jax.jit step on pytrees.
 
-Run: python benchmarks/train_step.py [--depths 5 20] [--steps 200] [--repeats 7] [--no-flax]
-     [--json FILE] [--profile DIR]
+Run: python benchmarks/train_step.py [--depths 5 20] [--widths 32] [--batch 32] [--steps 200]
+     [--repeats 7] [--no-flax] [--json FILE] [--profile DIR]
 Prints µs/step (median of repeats, the variants taking turns within each repeat; compile
 excluded; block_until_ready at the end of each repeat) and the ratio to the limit: a plain
 jax.jit step on pytrees that donates its buffers (params, statistics, count and optimizer
@@ -191,9 +191,36 @@ def measure(depth: int, steps: int, repeats: int, with_flax: bool, profile_dir: 
     return {name: (t_step[name], t_noop[name]) for name in step_runners}, mem, copies
 
 
+def report(title: str, rows: dict, mem: dict, copies: dict) -> None:
+    base_step, base_noop = rows[PLAIN]
+    print(f"\n{title}; load average {os.getloadavg()[0]:.2f}")
+    print("| call path | µs/step | x donated plain | no-op µs | no-op x donated plain |")
+    print("|---|---|---|---|---|")
+    for name, (t_step, t_noop) in rows.items():
+        print(
+            f"| {name} | {t_step:.0f} | {t_step / base_step:.2f} | {t_noop:.0f} | "
+            f"{t_noop / base_noop:.2f} |"
+        )
+    print(f"\n{title}: compiled train step, memory_analysis() in bytes")
+    print("| call path | argument | output | alias | temp | output - alias + temp |")
+    print("|---|---|---|---|---|---|")
+    for name, (arg, out, alias, temp) in mem.items():
+        print(f"| {name} | {arg} | {out} | {alias} | {temp} | {out - alias + temp} |")
+    print(f"\n{title}: device copies per train step")
+    print(
+        "| call path | HLO copy ops | arrays copied before the call | donations refused | "
+        "implicit host transfers |"
+    )
+    print("|---|---|---|---|---|")
+    for name, (ops, before, refused, transfers) in copies.items():
+        print(f"| {name} | {ops} | {before:.2f} | {refused:.2f} | {transfers} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--depths", type=int, nargs="+", default=[5, 20])
+    p.add_argument("--widths", type=int, nargs="+", default=[32], help="hidden widths")
+    p.add_argument("--batch", type=int, default=32)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--no-flax", action="store_true")
@@ -212,33 +239,14 @@ def main(argv: list[str] | None = None) -> None:
         f"load average {os.getloadavg()[0]:.2f}"
     )
     record: dict = {"device": str(device.device_kind), "platform": device.platform}
-    for depth in a.depths:
-        rows, mem, copies = measure(depth, a.steps, a.repeats, not a.no_flax, a.profile)
-        record[str(depth)] = {"us": rows, "memory": mem, "copies": copies}
-        if a.json is not None:
-            a.json.write_text(json.dumps(record, indent=1))
-        base_step, base_noop = rows[PLAIN]
-        print(f"\ndepth {depth}")
-        print("| call path | µs/step | x donated plain | no-op µs | no-op x donated plain |")
-        print("|---|---|---|---|---|")
-        for name, (t_step, t_noop) in rows.items():
-            print(
-                f"| {name} | {t_step:.0f} | {t_step / base_step:.2f} | {t_noop:.0f} | "
-                f"{t_noop / base_noop:.2f} |"
-            )
-        print(f"\ndepth {depth}: compiled train step, memory_analysis() in bytes")
-        print("| call path | argument | output | alias | temp | output - alias + temp |")
-        print("|---|---|---|---|---|---|")
-        for name, (arg, out, alias, temp) in mem.items():
-            print(f"| {name} | {arg} | {out} | {alias} | {temp} | {out - alias + temp} |")
-        print(f"\ndepth {depth}: device copies per train step")
-        print(
-            "| call path | HLO copy ops | arrays copied before the call | donations refused | "
-            "implicit host transfers |"
-        )
-        print("|---|---|---|---|---|")
-        for name, (ops, before, refused, transfers) in copies.items():
-            print(f"| {name} | {ops} | {before:.2f} | {refused:.2f} | {transfers} |")
+    for width in a.widths:
+        _models.configure(width=width, batch=a.batch)
+        for depth in a.depths:
+            rows, mem, copies = measure(depth, a.steps, a.repeats, not a.no_flax, a.profile)
+            record[f"{depth}/{width}/{a.batch}"] = {"us": rows, "memory": mem, "copies": copies}
+            if a.json is not None:
+                a.json.write_text(json.dumps(record, indent=1))
+            report(f"depth {depth}, width {width}, batch {a.batch}", rows, mem, copies)
     stats = device.memory_stats()
     peak = stats.get("peak_bytes_in_use") if stats else None
     print(
