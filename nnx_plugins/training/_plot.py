@@ -17,9 +17,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 from .loggers._base import reported
 
 __all__ = ["plot_metrics"]
@@ -31,6 +28,11 @@ def plot_metrics(
     records: list[dict[str, Any]], path: str | os.PathLike[str], *, metric: str | None
 ) -> None:
     """Write a PNG with the train/test loss and the test ``metric`` (if any) against the step."""
+    # (imported here: matplotlib costs about a second of every run's start, and only the end
+    # of a run draws; the compile cache made that second a large part of a second run's start)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     train_rows = [r for r in records if r.get("split") == "train" and "loss" in r]
     test_rows = [r for r in records if r.get("split") == "test" and "loss" in r]
     figure = Figure(figsize=(10, 4))
