@@ -1,7 +1,8 @@
 """The benchmark model, three ways: nnx (ours), flax.nnx, and plain jax on a pytree of arrays.
 
 An MLP of blocks (Linear + BatchNorm, width 32) with a counter Variable, as in flax's own
-benchmarks/nnx_simple_training.py; trained with optax.sgd on batches of 32.
+benchmarks/nnx_simple_training.py; trained with optax.sgd on batches of 32 (`configure` sets
+another width and batch for every model and step built after it).
 """
 
 from __future__ import annotations
@@ -13,6 +14,12 @@ import jax.numpy as jnp
 import optax
 
 WIDTH, BATCH, DIN, DOUT = 32, 32, 1, 1
+
+
+def configure(*, width: int = 32, batch: int = 32) -> None:
+    """The hidden width and the batch of what is built next."""
+    global WIDTH, BATCH
+    WIDTH, BATCH = width, batch
 
 
 def data(seed: int = 0) -> tuple[jax.Array, jax.Array]:

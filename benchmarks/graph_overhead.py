@@ -15,6 +15,11 @@ width 32; 6 Variables per block plus a counter). Four regimes:
 
 Every figure is the best of ``--rounds`` rounds, ours and flax.nnx taking turns in each round;
 the garbage collector is off while a figure is timed.
+
+Last, the first split of the tree of flax's own ``benchmarks/nnx_state_traversal.py`` (341
+Modules of one class, each holding one Variable and 4 children: width 4, depth 4), the class
+defined anew just before each model is built; CPU time (``time.process_time``) per split, the
+median over ``--number`` models per round, ours and flax.nnx alternating model by model.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -108,6 +114,44 @@ def measure(depth: int, number: int, rounds: int) -> tuple[dict[str, float], dic
     return best[0], best[1]
 
 
+def nested_class(lib):
+    """A new class of the tree of flax's benchmarks/nnx_state_traversal.py."""
+    import jax.numpy as jnp
+
+    class NestedClass(lib.Module):
+        def __init__(self, width, depth):
+            self.x = lib.Variable(jnp.ones((depth + 1,)))
+            if depth > 0:
+                for i in range(width):
+                    setattr(self, f"child{i}", NestedClass(width, depth - 1))
+
+    return NestedClass
+
+
+def nested_first_splits(number: int, rounds: int) -> list[tuple[float, float]]:
+    """Per round: the median CPU µs of the first split of a newly built 341-Module tree, for
+    ours and for flax.nnx (a new class per model, the two alternating)."""
+    from flax import nnx as fnnx
+
+    import nnx_core as nnx
+
+    libs = (nnx, fnnx)
+    out = []
+    for _ in range(rounds):
+        times: list[list[float]] = [[], []]
+        for _ in range(number):
+            for i, lib in enumerate(libs):
+                model = nested_class(lib)(4, 4)
+                gc.collect()
+                gc.disable()
+                t0 = time.process_time()
+                lib.split(model)
+                times[i].append((time.process_time() - t0) * 1e6)
+                gc.enable()
+        out.append((statistics.median(times[0]), statistics.median(times[1])))
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--depths", type=int, nargs="+", default=[5, 20, 100])
@@ -140,6 +184,12 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"| {depth} | {key[13:]} | {o[key]:.0f} | {f[key]:.0f} | {f[key] / o[key]:.1f}x |"
             )
+    print(
+        "\n| round | first split of a new 341-Module tree: ours CPU µs | flax.nnx | flax / ours |"
+    )
+    print("|---|---|---|---|")
+    for r, (o, f) in enumerate(nested_first_splits(a.number // 4, a.rounds), 1):
+        print(f"| {r} | {o:.0f} | {f:.0f} | {f / o:.1f}x |")
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 

@@ -25,6 +25,7 @@ from generate import make_model
 
 import nnx_core as nnx
 from nnx_plugins.generation import _decode as D
+from nnx_plugins.generation._unroll import unrolling, unstack
 
 
 def op_counts(hlo: str) -> str:
@@ -53,7 +54,11 @@ def main() -> None:
         report = [f"# batch {batch}, {a.new} new tokens ({total} steps of the loop)\n"]
         for name, scan in (("decode, Repeat unrolled", False), ("decode, Repeat scanned", True)):
             g, state = nnx.split(model)
-            options = dict(graphdef=g, new=a.new, temperature=0.0, top_k=None, scan_blocks=scan)
+            state, treedef = jax.tree.flatten(state)
+            if not scan:  # (as decode does: the blocks' weights taken apart first)
+                plan = unrolling(g, treedef, state)
+                g, treedef, state = plan.graphdef, plan.treedef, unstack(plan, state)
+            options = dict(graphdef=g, treedef=treedef, new=a.new, temperature=0.0, top_k=None)
             key = jax.random.key(0)
             lowered = D._cached.lower(state, ids, key, **options)
             report.append(f"\n# {name}\ncompiled: {op_counts(lowered.compile().as_text())}")

@@ -1,9 +1,10 @@
 """Steady-state time per train step: ours vs flax.nnx vs a plain jax.jit step on pytrees.
 
-Run: python benchmarks/train_step.py [--depths 5 20] [--steps 200] [--repeats 7] [--no-flax]
-     [--json FILE] [--profile DIR]
+Run: python benchmarks/train_step.py [--depths 5 20] [--widths 32] [--batch 32] [--steps 200]
+     [--repeats 7] [--no-flax] [--json FILE] [--profile DIR]
 Prints µs/step (median of repeats, the variants taking turns within each repeat; compile
-excluded; block_until_ready at the end of each repeat) and the ratio to the limit: a plain
+excluded; block_until_ready at the end of each repeat) and the ratio to the limit, also as the
+median of each repeat's own ratio (steadier under a changing load): a plain
 jax.jit step on pytrees that donates its buffers (params, statistics, count and optimizer
 state). Also the no-op step on the same leaves, and the compiled steps' memory_analysis()
 (argument, output, alias and temp bytes) plus the device's memory_stats() peak where it has one.
@@ -48,16 +49,30 @@ Runner = Callable[[int], None]
 
 def interleaved(runners: dict[str, tuple[Runner, int]], repeats: int) -> dict[str, float]:
     """µs per step for each runner: median over repeats, the runners taking turns in each repeat
-    so that a change in machine load hits all of them alike."""
+    (in reverse order every other repeat) so that a change in machine load hits all of them
+    alike. ``RATIOS`` gets each runner's median over the repeats of its time over the donated
+    plain step's in the same repeat: on a busy machine the steadier figure."""
     for run, _ in runners.values():
         run(3)  # compile + warm up
     times: dict[str, list[float]] = {name: [] for name in runners}
-    for _ in range(repeats):
-        for name, (run, steps) in runners.items():
+    names = list(runners)
+    for r in range(repeats):
+        for name in names if r % 2 == 0 else names[::-1]:
+            run, steps = runners[name]
             t0 = time.perf_counter()
             run(steps)
             times[name].append((time.perf_counter() - t0) / steps * 1e6)
+    if PLAIN in times:
+        RATIOS.update(
+            {
+                name: statistics.median(a / b for a, b in zip(ts, times[PLAIN]))
+                for name, ts in times.items()
+            }
+        )
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+RATIOS: dict[str, float] = {}
 
 
 def module_runner(objs, step) -> Runner:
@@ -177,6 +192,7 @@ def measure(depth: int, steps: int, repeats: int, with_flax: bool, profile_dir: 
         step_runners[name] = (plain_runner(box, step), steps)
         noop_runners[name] = (plain_runner(box, noop), steps)
     t_step = interleaved(step_runners, repeats)
+    ratios = dict(RATIOS)
     t_noop = interleaved(noop_runners, repeats)
     if profile_dir is not None:
         for name in (OURS, PLAIN):
@@ -188,12 +204,43 @@ def measure(depth: int, steps: int, repeats: int, with_flax: bool, profile_dir: 
         for name, (run, n) in step_runners.items()
         if name in hlo
     }
-    return {name: (t_step[name], t_noop[name]) for name in step_runners}, mem, copies
+    rows = {name: (t_step[name], t_noop[name], ratios[name]) for name in step_runners}
+    return rows, mem, copies
+
+
+def report(title: str, rows: dict, mem: dict, copies: dict) -> None:
+    base_step, base_noop, _ = rows[PLAIN]
+    print(f"\n{title}; load average {os.getloadavg()[0]:.2f}")
+    print(
+        "| call path | µs/step | x donated plain | x donated plain, per round | no-op µs | "
+        "no-op x donated plain |"
+    )
+    print("|---|---|---|---|---|---|")
+    for name, (t_step, t_noop, ratio) in rows.items():
+        print(
+            f"| {name} | {t_step:.0f} | {t_step / base_step:.2f} | {ratio:.2f} | {t_noop:.0f} | "
+            f"{t_noop / base_noop:.2f} |"
+        )
+    print(f"\n{title}: compiled train step, memory_analysis() in bytes")
+    print("| call path | argument | output | alias | temp | output - alias + temp |")
+    print("|---|---|---|---|---|---|")
+    for name, (arg, out, alias, temp) in mem.items():
+        print(f"| {name} | {arg} | {out} | {alias} | {temp} | {out - alias + temp} |")
+    print(f"\n{title}: device copies per train step")
+    print(
+        "| call path | HLO copy ops | arrays copied before the call | donations refused | "
+        "implicit host transfers |"
+    )
+    print("|---|---|---|---|---|")
+    for name, (ops, before, refused, transfers) in copies.items():
+        print(f"| {name} | {ops} | {before:.2f} | {refused:.2f} | {transfers} |")
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--depths", type=int, nargs="+", default=[5, 20])
+    p.add_argument("--widths", type=int, nargs="+", default=[32], help="hidden widths")
+    p.add_argument("--batch", type=int, default=32)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--no-flax", action="store_true")
@@ -212,33 +259,14 @@ def main(argv: list[str] | None = None) -> None:
         f"load average {os.getloadavg()[0]:.2f}"
     )
     record: dict = {"device": str(device.device_kind), "platform": device.platform}
-    for depth in a.depths:
-        rows, mem, copies = measure(depth, a.steps, a.repeats, not a.no_flax, a.profile)
-        record[str(depth)] = {"us": rows, "memory": mem, "copies": copies}
-        if a.json is not None:
-            a.json.write_text(json.dumps(record, indent=1))
-        base_step, base_noop = rows[PLAIN]
-        print(f"\ndepth {depth}")
-        print("| call path | µs/step | x donated plain | no-op µs | no-op x donated plain |")
-        print("|---|---|---|---|---|")
-        for name, (t_step, t_noop) in rows.items():
-            print(
-                f"| {name} | {t_step:.0f} | {t_step / base_step:.2f} | {t_noop:.0f} | "
-                f"{t_noop / base_noop:.2f} |"
-            )
-        print(f"\ndepth {depth}: compiled train step, memory_analysis() in bytes")
-        print("| call path | argument | output | alias | temp | output - alias + temp |")
-        print("|---|---|---|---|---|---|")
-        for name, (arg, out, alias, temp) in mem.items():
-            print(f"| {name} | {arg} | {out} | {alias} | {temp} | {out - alias + temp} |")
-        print(f"\ndepth {depth}: device copies per train step")
-        print(
-            "| call path | HLO copy ops | arrays copied before the call | donations refused | "
-            "implicit host transfers |"
-        )
-        print("|---|---|---|---|---|")
-        for name, (ops, before, refused, transfers) in copies.items():
-            print(f"| {name} | {ops} | {before:.2f} | {refused:.2f} | {transfers} |")
+    for width in a.widths:
+        _models.configure(width=width, batch=a.batch)
+        for depth in a.depths:
+            rows, mem, copies = measure(depth, a.steps, a.repeats, not a.no_flax, a.profile)
+            record[f"{depth}/{width}/{a.batch}"] = {"us": rows, "memory": mem, "copies": copies}
+            if a.json is not None:
+                a.json.write_text(json.dumps(record, indent=1))
+            report(f"depth {depth}, width {width}, batch {a.batch}", rows, mem, copies)
     stats = device.memory_stats()
     peak = stats.get("peak_bytes_in_use") if stats else None
     print(

@@ -17,6 +17,16 @@ from ._state_functions import from_flat_state
 from ._variables import Param, Variable
 
 
+def _arrays(tree: Any) -> Any:
+    """``tree`` with each Variable replaced by its value: what optax is handed (as flax.nnx
+    hands it ``nnx.as_pure`` states), so its tree maps see arrays only."""
+    return jax.tree_util.tree_map(
+        lambda x: x.value if isinstance(x, Variable) else x,
+        tree,
+        is_leaf=lambda x: isinstance(x, Variable),
+    )
+
+
 class OptState(Variable, kind="OptState"):
     """A leaf of an optimizer's state (moments, counts, ...)."""
 
@@ -51,7 +61,7 @@ class Optimizer(Module):
         self.tx = tx
         self.wrt = wrt
         self.step = OptState(jnp.zeros((), jnp.uint32))
-        params = state(model, wrt)
+        params = _arrays(state(model, wrt))
         leaves, treedef = jax.tree_util.tree_flatten(tx.init(params))
         self.opt_state = [OptState(x) for x in leaves]
         self.opt_treedef = treedef
@@ -59,7 +69,9 @@ class Optimizer(Module):
     def update(self, model: Module, grads: State, /, **kwargs: Any) -> None:
         """Apply one step: ``params <- params + tx.update(grads, opt_state, params)``.
 
-        Gradients of more than the ``wrt`` state (e.g. of every Param while the optimizer
+        optax is handed arrays: the parameters, gradients and ``kwargs`` with each Variable
+        replaced by its value (as flax.nnx does), so e.g. the ``value_fn`` of
+        ``optax.lbfgs`` receives a State of arrays. Gradients of more than the ``wrt`` state (e.g. of every Param while the optimizer
         trains only the ``LoRAParam`` ones) are narrowed to the ``wrt`` paths, as in flax.nnx.
 
         Raises:
@@ -85,7 +97,10 @@ class Optimizer(Module):
         opt_state = jax.tree_util.tree_unflatten(
             self.opt_treedef, [v.value for v in self.opt_state]
         )
-        updates, new_opt_state = self.tx.update(grads, opt_state, params, **kwargs)
+        params = _arrays(params)  # (optax sees arrays only: no Variable to flatten and rebuild)
+        updates, new_opt_state = self.tx.update(
+            _arrays(grads), opt_state, params, **_arrays(kwargs)
+        )
         update(model, optax.apply_updates(params, updates))
         for var, value in zip(self.opt_state, jax.tree_util.tree_leaves(new_opt_state)):
             var.value = value

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS = {
     # the root of every error below
     "NnxError": "._errors",
+    "NnxWarning": "._errors",
     # plugin errors
     "PluginInfo": ".registry._errors",
     "PluginError": ".registry._errors",
@@ -79,6 +80,7 @@ _EXPORTS = {
     "read_manifest": ".training.checkpoints._manifest",
     "CheckpointError": ".training.checkpoints._save",
     "train": ".training._loop",
+    "CompileCacheWarning": ".training._compile_cache",
     "evaluate": ".training._loop",
     "build_model": ".training._loop",
     "TrainResult": ".training._loop",

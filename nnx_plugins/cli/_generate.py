@@ -24,7 +24,7 @@ from typing import Any
 from .._errors import NnxError
 from ._checkpoint import CHECKPOINT_OPTION, resolve_checkpoint
 from ._config import one_file
-from ._output import report
+from ._output import add_compile_cache_option, report
 
 __all__ = ["add_commands"]
 
@@ -48,6 +48,7 @@ def _generate(args: argparse.Namespace) -> int:
             temperature=args.temperature,
             top_k=args.top_k,
             seed=args.seed,
+            compile_cache=not args.no_compile_cache,
         )
     except NnxError as error:  # (configs, checkpoints, data, prompts: they say where)
         report(f"nnx: error: {error}")
@@ -152,3 +153,4 @@ def add_commands(subparsers: Any) -> None:
         default=0,
         help="random seed, 0 to 2**63-1 as train.seed (default 0)",
     )
+    add_compile_cache_option(parser)

@@ -27,6 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .._errors import NnxWarning
 from ..registry._errors import PluginError, PluginWarning
 from ..registry._registry import Registry, default_registry
 
@@ -123,7 +124,8 @@ def fail(problem: str | PluginError) -> int:
 
 @contextlib.contextmanager
 def plugin_warnings_as_lines() -> Iterator[None]:
-    """Inside the block, plugin warnings print as ``nnx: warning: ...`` lines (no source line).
+    """Inside the block, plugin warnings (and nnx's own, `NnxWarning`) print as ``nnx:
+    warning: ...`` lines (no source line).
 
     They always show (once per distribution, as the registry emits them), whatever the Python
     warning filters say: ``NNX_STRICT_PLUGINS=1`` is how they become errors. Other warnings
@@ -131,12 +133,15 @@ def plugin_warnings_as_lines() -> Iterator[None]:
     """
     with warnings.catch_warnings():
         warnings.simplefilter("default", PluginWarning)
+        warnings.simplefilter("default", NnxWarning)
         python_format = warnings.showwarning
 
         def show(message: Any, category: Any, *where: Any, **more: Any) -> None:
             if isinstance(message, PluginWarning) and message.error is not None:
                 _WARNED.append(message.error)
                 report(problem_text("warning", message.error))
+            elif isinstance(message, NnxWarning):  # (e.g. the compile cache's: one line)
+                report(f"nnx: warning: {message}")
             else:
                 python_format(message, category, *where, **more)
 
@@ -154,3 +159,14 @@ def add_command(
     parser = subparsers.add_parser(name, help=help_text, description=help_text)
     parser.set_defaults(handler=handler)
     return parser
+
+
+def add_compile_cache_option(parser: argparse.ArgumentParser) -> None:
+    """``--no-compile-cache``: compile every program, keeping nothing on disk (by default the
+    compiled programs are kept in nnx's cache folder, ``NNX_CACHE_DIR``, for the next run)."""
+    parser.add_argument(
+        "--no-compile-cache",
+        action="store_true",
+        help="compile every program and keep none on disk (default: keep them in the cache "
+        "folder, $NNX_CACHE_DIR or ~/.cache/nnx, and load those compiled before)",
+    )

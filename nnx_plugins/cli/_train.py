@@ -29,7 +29,7 @@ from .._errors import NnxError
 from ..training._address import address_problem
 from ._checkpoint import CHECKPOINT_OPTION, resolve_checkpoint
 from ._config import one_file
-from ._output import report
+from ._output import add_compile_cache_option, report
 from ._supervise import supervise
 
 __all__ = ["add_commands"]
@@ -73,6 +73,7 @@ def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
                 progress=not args.no_progress,
                 console=console,
                 allow_large=args.allow_large,
+                compile_cache=not args.no_compile_cache,
             )
     except RunError as error:  # the run directory, the devices, the batch, the processes
         report(f"nnx: error: {_who(group)}{error}")
@@ -187,7 +188,7 @@ def _eval(args: argparse.Namespace) -> int:
     try:
         config = load_train_config(load_config(given[0], overrides=given[1]))
         chosen = resolve_checkpoint(args.checkpoint, config)
-        metrics = evaluate(config, chosen.path)
+        metrics = evaluate(config, chosen.path, compile_cache=not args.no_compile_cache)
     except NnxError as error:
         report(str(error))
         return 1
@@ -235,6 +236,7 @@ def add_commands(subparsers: Any) -> None:
         action="store_true",
         help="train even when the memory estimate exceeds the memory available",
     )
+    add_compile_cache_option(parser)
     _add_process_options(parser)
 
     text = "evaluate a checkpoint on the test split of a config's data"
@@ -248,6 +250,7 @@ def add_commands(subparsers: Any) -> None:
         help="set a value by path, as for nnx train (e.g. data.path=other.npz)",
     )
     parser.add_argument("--checkpoint", **CHECKPOINT_OPTION)
+    add_compile_cache_option(parser)
 
 
 def _add_process_options(parser: argparse.ArgumentParser) -> None:

@@ -43,6 +43,7 @@ from nnx_layers import Repeat
 
 from .._errors import NnxError
 from ..training._memory import available_memory, human_bytes
+from ._unroll import unrolling, unstack
 
 __all__ = [
     "GenerationError",
@@ -151,46 +152,6 @@ def _start_blocks(repeat: Repeat, batch: int, length: int, where: tuple[Any, ...
     found: list[int] = []  # the block is traced once, whatever the count
     repeat.each(lambda block: found.append(_start_caches(block, batch, length, where)))
     return found[0]
-
-
-class _Blocks(nnx.Module):
-    """A `Repeat`'s blocks unrolled for decoding: each called in turn, as the Repeat calls them
-    (``args``/``kwargs`` to every block), each with its own weights and caches."""
-
-    def __init__(self, blocks: list[Any]):
-        self.blocks = blocks
-
-    def __call__(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        for block in self.blocks:
-            x = block(x, *args, **kwargs)
-        return x
-
-
-def _unrolled(model: Any) -> Any:
-    """``model`` with every `Repeat` in it replaced by its blocks, unrolled (``model`` itself
-    when it is a Repeat).
-
-    A decoding step through a Repeat runs a scan over the blocks, whose weights and stacked
-    caches are sliced in and stacked out whole at every step; unrolled, each block writes one
-    position of its own cache in place (see `decode`).
-    """
-    if isinstance(model, Repeat):
-        return _Blocks([_unrolled(block) for block in model.unstack()])
-    found = [(path, m) for path, m in model.iter_modules() if isinstance(m, Repeat)]
-    done: list[tuple[Any, ...]] = []
-    for path, repeat in found:
-        if any(path[: len(outer)] == outer for outer in done):
-            continue  # inside a Repeat already unrolled
-        parent = model
-        for key in path[:-1]:
-            parent = getattr(parent, key) if isinstance(parent, nnx.Module) else parent[key]
-        blocks = _unrolled(repeat)
-        if isinstance(parent, nnx.Module):
-            setattr(parent, path[-1], blocks)
-        else:
-            parent[path[-1]] = blocks
-        done.append(tuple(path))
-    return model
 
 
 # -- sampling ----------------------------------------------------------------------------------
@@ -411,8 +372,10 @@ def decode(
     of a ``lax.scan``. The blocks of a `nnx_layers.Repeat` are unrolled in the copy, each with
     its own weights and caches: a step then writes one position of each cache in place, where
     a scan over the blocks copies every block's weights and caches in and out (3.2x slower on
-    the example GPT on a CPU); the compile time grows with the depth instead (8.3 s against
-    1.0 s for 48 blocks on a CPU, for 2.3x the tokens per second; docs/performance.md).
+    the example GPT on a CPU). The blocks' weights are taken apart before the program (one
+    small program, compiled once, called per block), so the program compiles in the time a
+    hand-written decoder's does (docs/performance.md); sliced inside it, each slice was a
+    kernel of its own and the compile time doubled.
 
     Args:
         model: a language model (token ids ``(batch, length)`` -> logits).
@@ -439,27 +402,28 @@ def decode(
     _check_length(model, prompt, max_tokens)
     _check_memory(model, prompt.shape[0], prompt.shape[1], max_tokens)
     graphdef, state = nnx.split(model)
+    leaves, treedef = jax.tree.flatten(state)
+    if not scan_blocks:  # (the Repeats' blocks taken apart before the program: see _unroll)
+        plan = unrolling(graphdef, treedef, leaves)
+        graphdef, treedef, leaves = plan.graphdef, plan.treedef, unstack(plan, leaves)
     options = dict(new=max_tokens, temperature=float(temperature), top_k=top_k)
-    return _cached(
-        state, prompt, seed_key(seed), graphdef=graphdef, scan_blocks=scan_blocks, **options
-    )
+    return _cached(leaves, prompt, seed_key(seed), graphdef=graphdef, treedef=treedef, **options)
 
 
 _STATIC = ("graphdef", "new", "temperature", "top_k")
 
 
-@functools.partial(jax.jit, static_argnames=(*_STATIC, "scan_blocks"))
-def _cached(state: Any, prompt: jax.Array, key: jax.Array, **static: Any) -> jax.Array:
-    """`decode`'s compiled program: a copy of the model put in decoding mode (its Repeats
-    unrolled unless ``scan_blocks``), then one position per step, the non-Param state carried.
-    All of it is one program, so a call costs no eager work on the device (on a GPU the eager
-    copy, cache start and unstacking of the model took longer than decoding 256 tokens)."""
+@functools.partial(jax.jit, static_argnames=(*_STATIC, "treedef"))
+def _cached(leaves: list[Any], prompt: jax.Array, key: jax.Array, **static: Any) -> jax.Array:
+    """`decode`'s compiled program: a copy of the model (its State's ``leaves``) put in
+    decoding mode, then one position per step, the non-Param state carried. The copy, the
+    start of its caches and the steps are one program, so a call costs no eager work on the
+    device (on a GPU the eager copy and cache start took longer than decoding 256 tokens)."""
     batch, length = prompt.shape
     new = static["new"]
+    state = jax.tree.unflatten(static["treedef"], leaves)
     model = nnx.merge(static["graphdef"], state)  # new objects: the caller's model is untouched
     start_decoding(model, batch, length + new)
-    if not static["scan_blocks"]:
-        model = _unrolled(model)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     draw = functools.partial(sample, temperature=static["temperature"], top_k=static["top_k"])
 

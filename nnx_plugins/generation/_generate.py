@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..training._assembly import located_data_error
+from ..training._compile_cache import with_compile_cache
 from ..training._config import load_train_config
 from ..training._loop import build_model
 from ..training.checkpoints._load import load
@@ -147,6 +148,7 @@ def _decoded(vocabulary: Vocabulary, tokens: np.ndarray) -> tuple[str, bytes]:
     return text, decoder.getstate()[0]
 
 
+@with_compile_cache
 def generate(
     config: Any,
     *,
@@ -156,6 +158,7 @@ def generate(
     temperature: float = 1.0,
     top_k: int | None = None,
     seed: int = 0,
+    compile_cache: bool = True,
 ) -> Generation:
     """Continue ``prompt`` with the language model of ``config`` trained into ``checkpoint``.
 
@@ -170,6 +173,8 @@ def generate(
         temperature: ``0`` for greedy decoding; else the softmax temperature.
         top_k: draw among the ``top_k`` most likely tokens only (``None``: all).
         seed: the random seed of the draws.
+        compile_cache: keep the compiled programs on disk and load those a run compiled
+            before (as `nnx_plugins.train` does).
 
     Returns:
         A `Generation`.

@@ -50,6 +50,7 @@ from .._text import os_problem
 from ..config._build import build
 from ._assembly import assemble
 from ._collectives import sync
+from ._compile_cache import with_compile_cache
 from ._config import check_data_path, load_train_config
 from ._contracts import check_parts
 from ._evaluation import eval_batch_size, evaluate_model, evaluation_line
@@ -118,6 +119,7 @@ def build_model(config: Any, *, seed: int = 0) -> Any:
 
 
 # -- the run -------------------------------------------------------------------------------------
+@with_compile_cache
 def train(
     config: Any,
     *,
@@ -128,6 +130,7 @@ def train(
     console: Any = None,
     stop_at: int | None = None,
     allow_large: bool = False,
+    compile_cache: bool = True,
 ) -> TrainResult:
     """Train the model a config describes; see the module docstring.
 
@@ -148,6 +151,8 @@ def train(
         stop_at: stop after this step (as a preempted job would), checkpointing it.
         allow_large: train even when the memory estimate (Variables, gradients and optimizer
             state, from an abstract build) exceeds the memory available.
+        compile_cache: keep the compiled programs on disk and load those a run compiled
+            before (``NNX_CACHE_DIR``; see `nnx_plugins.training._compile_cache`).
 
     Returns:
         A `TrainResult`.
@@ -419,11 +424,15 @@ def _stop_early(plan: Plan, run: Run) -> pathlib.Path | None:
     return latest_checkpoint(plan.ckpt_dir)
 
 
-def evaluate(config: Any, checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
+@with_compile_cache
+def evaluate(
+    config: Any, checkpoint: str | os.PathLike[str], *, compile_cache: bool = True
+) -> dict[str, Any]:
     """The test metrics of a checkpoint on the config's data.
 
     The model is built from the config's ``model`` section and filled from ``checkpoint`` (a
-    checkpoint directory, or a directory of ``step_N`` checkpoints: the newest is used).
+    checkpoint directory, or a directory of ``step_N`` checkpoints: the newest is used);
+    ``compile_cache`` as for `train`.
 
     Returns:
         ``{"step": ..., "loss": ..., <the task's metrics>..., "checkpoint": ...}``.

@@ -20,9 +20,6 @@ import io
 import os
 from typing import Any
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 from ._safe_io import write_whole
 from .loggers._base import reported
 
@@ -36,6 +33,11 @@ def plot_metrics(
 ) -> None:
     """Write a PNG with the train, validation and test loss and the validation and test
     ``metric`` (if any) against the step (written anew: never through a planted link)."""
+    # (imported here: matplotlib costs about a second of every run's start, and only the end
+    # of a run draws; the compile cache made that second a large part of a second run's start)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     rows = {
         split: [r for r in records if r.get("split") == split and "loss" in r]
         for split in ("train", "val", "test")

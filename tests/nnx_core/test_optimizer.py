@@ -132,14 +132,17 @@ def test_optimizer_with_extra_update_arguments():
     opt = nnx.Optimizer(model, optax.lbfgs())
     x, y = jnp.ones((4, 2)), jnp.zeros((4, 1))
 
-    def loss_of_params(params):
-        return jnp.mean((x @ params["kernel"].value + params["bias"].value - y) ** 2)
+    def loss_of_params(params):  # (optax hands it arrays, as flax.nnx's Optimizer does)
+        return jnp.mean((x @ params["kernel"] + params["bias"] - y) ** 2)
 
-    start = float(loss_of_params(nnx.state(model, nnx.Param)))
+    def loss_now():
+        return float(loss_of_params(nnx.state(model, nnx.Param).to_pure_dict()))
+
+    start = loss_now()
     for _ in range(5):
         value, grads = nnx.value_and_grad(lambda m: jnp.mean((m(x) - y) ** 2))(model)
         opt.update(model, grads, value=value, grad=grads, value_fn=loss_of_params)
-    assert float(loss_of_params(nnx.state(model, nnx.Param))) < start * 0.1
+    assert loss_now() < start * 0.1
 
 
 def test_optimizer_wrt_a_custom_kind_leaves_other_params_alone():
@@ -188,3 +191,19 @@ def test_optimizer_errors():
     del grads["bias"]
     with pytest.raises(ValueError, match=r"Missing: \['bias'\]"):
         opt.update(model, grads)
+
+
+def test_optax_is_handed_arrays_not_variables():
+    seen = []
+
+    def spy(updates, state, params=None):
+        seen.append((updates, params))
+        return updates, state
+
+    model = Linear(2, 3, rngs=nnx.Rngs(0))
+    opt = nnx.Optimizer(model, optax.GradientTransformation(lambda params: (), spy))
+    grads = nnx.grad(lambda m: m(jnp.ones((1, 2))).sum())(model)
+    opt.update(model, grads)
+    (given,) = seen
+    leaves = jax.tree_util.tree_leaves(given, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    assert len(leaves) == 4 and all(isinstance(x, jax.Array) for x in leaves)

@@ -11,11 +11,11 @@ from nnx_layers import Embed, Repeat, Sequential
 from nnx_plugins import build
 from nnx_plugins.generation._decode import (
     GenerationError,
-    _unrolled,
     decode,
     decode_by_recomputation,
     start_decoding,
 )
+from nnx_plugins.generation._unroll import unrolled as _unrolled
 
 from .gpt import LENGTH, WIDTH, block, gpt, gpt_config
 
