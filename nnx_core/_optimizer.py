@@ -18,7 +18,40 @@ from ._variables import Param, Variable
 
 
 class OptState(Variable, kind="OptState"):
-    """A leaf of an optimizer's state (moments, counts, ...)."""
+    """A leaf of an optimizer's state (moments, counts, ...).
+
+    A leaf that mirrors a parameter (Adam's moments) carries that parameter's logical axis
+    names (``sharding_names``), so it is laid out on a mesh like the parameter.
+    """
+
+
+#: the metadata entries that name a Variable's axes (``out_sharding`` is flax.nnx's spelling)
+_NAME_KEYS = ("sharding_names", "out_sharding")
+
+
+def _leaf_names(tree: Any, params: State) -> list[dict[str, Any]]:
+    """For each leaf of an optimizer state: the axis names of the parameter it mirrors.
+
+    ``tx.init`` maps over the State of Variables, so a per-parameter leaf comes inside a
+    Variable with the parameter's metadata, at the parameter's path under the state's own
+    (``mu['kernel']``); its names are kept where it has the parameter's shape (not for a
+    factored moment's rows and columns).
+    """
+    is_variable = lambda x: isinstance(x, Variable)  # noqa: E731
+    flatten = jax.tree_util.tree_flatten_with_path
+    shapes = {path: jnp.shape(v.value) for path, v in flatten(params, is_leaf=is_variable)[0]}
+    out: list[dict[str, Any]] = []
+    for path, node in flatten(tree, is_leaf=is_variable)[0]:
+        inner = jax.tree_util.tree_leaves(node)
+        meta = {}
+        if isinstance(node, Variable) and len(inner) == 1:
+            mirrored = next(
+                (shapes[path[i:]] for i in range(len(path)) if path[i:] in shapes), None
+            )
+            if mirrored == jnp.shape(inner[0]):
+                meta = {key: names for key in _NAME_KEYS if (names := node.get_metadata(key, None))}
+        out.extend([meta] * len(inner))
+    return out
 
 
 class Optimizer(Module):
@@ -52,8 +85,11 @@ class Optimizer(Module):
         self.wrt = wrt
         self.step = OptState(jnp.zeros((), jnp.uint32))
         params = state(model, wrt)
-        leaves, treedef = jax.tree_util.tree_flatten(tx.init(params))
-        self.opt_state = [OptState(x) for x in leaves]
+        initial = tx.init(params)
+        leaves, treedef = jax.tree_util.tree_flatten(initial)
+        self.opt_state = [
+            OptState(x, **meta) for x, meta in zip(leaves, _leaf_names(initial, params))
+        ]
         self.opt_treedef = treedef
 
     def update(self, model: Module, grads: State, /, **kwargs: Any) -> None:

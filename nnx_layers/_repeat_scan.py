@@ -26,7 +26,8 @@ from nnx_core import (
     update,
 )
 
-from ._repeat_stack import NAME_KEYS, has_layer_axis
+from ._axis_names import NAME_KEYS
+from ._repeat_stack import has_layer_axis
 
 __all__ = ["scan_layers"]
 

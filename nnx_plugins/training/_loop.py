@@ -35,7 +35,6 @@ import dataclasses
 import os
 import pathlib
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -48,12 +47,13 @@ from ..config._build import build
 from ._assembly import assemble, located_data_error
 from ._collectives import sync
 from ._config import check_data_path, load_train_config
+from ._device_memory import memory_line
 from ._evaluation import eval_batch_size, evaluate_model, evaluation_line
-from ._mesh import batch_placer, make_mesh
-from ._plan import Plan, call, make_plan, setup, steps_of
+from ._mesh import batch_placer, run_layout
+from ._plan import Plan, call, make_plan, measure_layout, setup, steps_of
 from ._plot import plot_metrics
 from ._precision import model_config
-from ._preflight import preflight
+from ._preflight import check_on_data, preflight
 from ._progress import Progress
 from ._run import Run
 from ._run_dir import RunError, RunLock, check_new_run, choose_run_dir
@@ -164,26 +164,28 @@ def train(
     check_data_path(config)
     parts = assemble(config)
     plan = make_plan(config, parts, choose_run_dir(config, run_dir, resume))
-    if mesh is None and jax.process_count() > 1:  # (several processes: one data-parallel mesh)
-        mesh = {"data": jax.device_count()}
-    if isinstance(mesh, Mapping):
-        mesh = make_mesh(mesh)
-    place = batch_placer(mesh, plan.rows)
-    plan.mesh = mesh
+    layout = run_layout(config, mesh)
+    plan.mesh = None if layout is None else layout.mesh
+    place = batch_placer(plan.mesh, plan.rows)
     main = jax.process_index() == 0
     if not main:  # (process 0 reports for all)
         progress, console = False, None
-    check = preflight(model_config(config), parts.info, parts.task, allow_large=allow_large)
+    if layout is None:
+        check = preflight(model_config(config), parts.info, parts.task, allow_large=allow_large)
+    else:
+        check = check_on_data(model_config(config), parts.info, parts.task)
     try:
         parts.task.check_data(parts.data, parts.info, check.output)
     except DataError as error:
         raise located_data_error(config, error) from None
     plan.steps = steps_of(plan)
+    if layout is not None:  # (each device's share, the step's peak: before anything is allocated)
+        memory = measure_layout(plan, check, layout, allow_large=allow_large)
     with RunLock(plan.run_dir) if main else contextlib.nullcontext():
         sync("nnx-run-directory")  # (the others wait until process 0 holds the directory)
         check_new_run(plan.run_dir, plan.ckpt_dir, resume)
         _save_resolved_config(config, plan.run_dir, main)
-        model, optimizer = setup(plan, mesh)
+        model, optimizer = setup(plan, layout)
         run = Run(
             config,
             plan.run_dir,
@@ -198,6 +200,8 @@ def train(
         for callback in parts.callbacks:
             call(callback, "start", run)
         with Progress(progress, plan.total, 0, console) as bar:
+            if layout is not None:
+                bar.print(memory_line(memory))
             start = resume_run(plan, run, bar) if resume else 0
             run.step = start
             # (a checkpoint past stop_at or the total, or a run a callback ended: nothing left)

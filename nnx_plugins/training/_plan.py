@@ -22,17 +22,17 @@ import dataclasses
 import pathlib
 from typing import Any
 
-import nnx_core as nnx
+from jax.sharding import NamedSharding
 
-from ..config._build import build
 from ._assembly import Parts, config_error, located_data_error
-from ._memory import trainable_kinds
-from ._mesh import replicate_unplaced, shard_over
-from ._precision import model_config
+from ._device_memory import DeviceMemory
+from ._layout import Layout
+from ._preflight import batch_struct, compile_step, measure_step, plan_layout
+from ._sharded import constructor, create_sharded
 from ._steps import make_steps
 from .data._base import DataError
 
-__all__ = ["Plan", "make_plan", "setup", "steps_of", "call"]
+__all__ = ["Plan", "make_plan", "setup", "measure_layout", "steps_of", "call"]
 
 
 @dataclasses.dataclass
@@ -76,16 +76,31 @@ def make_plan(config: Any, parts: Parts, run_dir: pathlib.Path) -> Plan:
     )
 
 
-def setup(plan: Plan, mesh: Any) -> tuple[Any, Any]:
-    sections = plan.config.sections
-    model = build(model_config(plan.config), rngs=nnx.Rngs(sections["train"].seed))
-    if mesh is not None:
-        shard_over(model, mesh)
-    kinds = trainable_kinds(sections["optimizer"].trainable)
-    optimizer = nnx.Optimizer(model, sections["optimizer"].make(), wrt=kinds)
-    if mesh is not None:
-        replicate_unplaced(optimizer, mesh)
+def setup(plan: Plan, layout: Layout | None) -> tuple[Any, Any]:
+    """The run's model and optimizer: built on the default device, or, over a mesh, created
+    directly sharded as ``layout`` says (`create_sharded`)."""
+    make = constructor(plan.config)
+    if layout is None:
+        return make()
+    model, optimizer = create_sharded(make, layout)
     return model, optimizer
+
+
+def measure_layout(plan: Plan, check: Any, layout: Layout, *, allow_large: bool) -> DeviceMemory:
+    """Before a run over a mesh allocates anything: lay its model and optimizer out abstractly,
+    compile its train step for that layout, and refuse it if a device cannot hold its share
+    (`plan_layout`, `measure_step`).
+
+    Raises:
+        ConfigError: a Variable cannot be laid out, or the run does not fit (unless
+            ``allow_large``).
+    """
+    abstract, memory = plan_layout(plan.config, check, layout, allow_large=allow_large)
+    section = plan.config.sections["train"]
+    batch = plan.parts.data.batch(0, plan.rows, section.seed)
+    sharding = NamedSharding(layout.mesh, layout.batch_spec())
+    compiled = compile_step(plan.steps, *abstract, batch_struct(batch, sharding))
+    return measure_step(plan.config, memory, compiled, allow_large=allow_large)
 
 
 def steps_of(plan: Plan) -> Any:

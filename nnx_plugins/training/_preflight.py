@@ -20,13 +20,31 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import nnx_core as nnx
+
 from ..config._shapes import DataSpec, ModelCheck, check_model
+from ._device_memory import DeviceMemory, check_device_memory, device_memory, step_peak
+from ._layout import Layout, LayoutError, layout_error
 from ._memory import check_memory, estimate_memory, trainable_kinds
+from ._sharded import abstract_sharded, constructor
 from .data._base import DataInfo
 
-__all__ = ["data_spec", "preflight"]
+__all__ = [
+    "data_spec",
+    "check_on_data",
+    "preflight",
+    "plan_layout",
+    "measure_step",
+    "batch_struct",
+    "compile_step",
+]
 
 
 def data_spec(info: DataInfo, task: Any) -> DataSpec:
@@ -41,17 +59,78 @@ def data_spec(info: DataInfo, task: Any) -> DataSpec:
     )
 
 
+def check_on_data(config: Any, info: DataInfo, task: Any) -> ModelCheck:
+    """Check the model abstractly on the data: every problem at its layer's position, the
+    output against the task.
+
+    Raises:
+        ConfigError: a layer cannot be built or cannot take its input, or the output does not
+            fit the task.
+    """
+    return check_model(config, data=data_spec(info, task))
+
+
 def preflight(config: Any, info: DataInfo, task: Any, *, allow_large: bool) -> ModelCheck:
-    """Before a run builds its model: check the model abstractly on the data (every problem at
-    its layer's position, the output against the task) and its memory against what is free.
+    """Before a run on one device builds its model: `check_on_data`, and its memory against
+    what is free (over a mesh, `plan_layout` checks each device's share instead).
 
     Raises:
         ConfigError: a layer cannot be built or cannot take its input, the output does not fit
             the task, or the run needs more memory than is free.
     """
-    check = check_model(config, data=data_spec(info, task))
+    check = check_on_data(config, info, task)
     optimizer = config.sections["optimizer"]
     kinds = trainable_kinds(optimizer.trainable)
     estimate = estimate_memory(check.state, optimizer.make(), kinds)
     check_memory(estimate, config, allow_large=allow_large)
     return check
+
+
+def plan_layout(
+    config: Any, check: ModelCheck, layout: Layout, *, allow_large: bool
+) -> tuple[Any, DeviceMemory]:
+    """Before a run over a mesh allocates anything: lay out the model and the optimizer
+    abstractly (every dimension split as the rules say, or an error), warn about rules that
+    name nothing, and refuse a run whose parameters and optimizer state do not fit the devices.
+
+    Returns ``(abstract, memory)``: the abstract ``(model, optimizer)``, each array carrying
+    its sharding, and what each device holds.
+
+    Raises:
+        ConfigError: a Variable that cannot be laid out (at its rule or layer), or a run that
+            does not fit (unless ``allow_large``).
+    """
+    layout.warn_unused(check.state)
+    try:
+        abstract, _ = abstract_sharded(constructor(config), layout)
+    except LayoutError as error:
+        raise layout_error(config, error) from None
+    kinds = trainable_kinds(config.sections["optimizer"].trainable)
+    model_state, optimizer_state = (nnx.state(node) for node in abstract)
+    memory = device_memory(model_state, optimizer_state, kinds, layout.mesh)
+    return abstract, check_device_memory(memory, config, allow_large=allow_large)
+
+
+def measure_step(
+    config: Any, memory: DeviceMemory, compiled: Any, *, allow_large: bool
+) -> DeviceMemory:
+    """``memory`` with the compiled train step's peak, checked against the devices.
+
+    Raises:
+        ConfigError: the step does not fit (unless ``allow_large``).
+    """
+    measured = dataclasses.replace(memory, step_bytes=step_peak(compiled))
+    return check_device_memory(measured, config, allow_large=allow_large)
+
+
+def batch_struct(batch: Any, sharding: Any) -> dict[str, Any]:
+    """Abstract arrays of a batch's shapes and dtypes, carrying the batch's sharding."""
+    return {
+        key: jax.ShapeDtypeStruct(np.shape(value), np.asarray(value).dtype, sharding=sharding)
+        for key, value in batch.items()
+    }
+
+
+def compile_step(steps: Any, model: Any, optimizer: Any, batch: Any) -> Any:
+    """The train step compiled for these (possibly abstract) arguments, without running it."""
+    return steps.train.lower(model, optimizer, batch, jnp.int32(0), np.int32(1)).compile()
