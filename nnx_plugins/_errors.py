@@ -17,9 +17,14 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["NnxError"]
+__all__ = ["NnxError", "NnxWarning"]
 
 
 class NnxError(Exception):
     """Base class of every error nnx_plugins raises on purpose: a bad plugin, config,
     checkpoint or dataset. Its message says what, where, what was received and how to fix it."""
+
+
+class NnxWarning(UserWarning):
+    """Base class of nnx_plugins' own warnings (e.g. a sharding rule that names nothing); the
+    ``nnx`` command prints them as ``nnx: warning: ...`` lines."""

@@ -21,6 +21,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from .._errors import NnxError
 from ..config._errors import ConfigError
 from ._output import add_command, console, fail, report, table
 
@@ -146,11 +147,12 @@ def _build(args: argparse.Namespace) -> int:
     from ..training._config import load_train_config  # (here: the listing commands stay light)
     from ..training._memory import human_bytes  # (here: the listing commands stay light)
 
-    given = one_file(args, "build FILE [KEY=VALUE...] [--summary]")
+    given = one_file(args, "build FILE [KEY=VALUE...] [--summary] [--mesh ...]")
     if given is None:
         return 2
     try:
-        config = load_train_config(load_config(given[0], overrides=given[1]))
+        loaded = load_config(given[0], overrides=given[1])
+        config = load_train_config(loaded)
         summary = summarize(config)
     except ConfigError as error:
         report(str(error))
@@ -183,7 +185,42 @@ def _build(args: argparse.Namespace) -> int:
         f"total: {summary.total_count:,} values, {human_bytes(summary.total_bytes)} "
         f"({summary.total_bytes:,} bytes)"
     )
+    if args.mesh is not None or "mesh" in loaded.sections:
+        return _device_memory(config, args, with_step="data" in loaded.sections)
     return _memory(config, summary.state, allow_large=args.allow_large)
+
+
+def _device_memory(config: Any, args: argparse.Namespace, *, with_step: bool) -> int:
+    """Per device: the parameters, the optimizer state, and (with data) the train step's peak."""
+    from ..training import _device_memory as device  # (here: the listing commands stay light)
+    from ..training import _memory_report as planned  # (here: the listing commands stay light)
+    from ..training._mesh import parse_mesh, run_layout  # (here: listing stays light)
+    from ..training._run_dir import RunError  # (here: the listing commands stay light)
+
+    try:
+        layout = run_layout(config, None if args.mesh is None else parse_mesh(args.mesh))
+        measure = planned.layout_step_memory if with_step else planned.layout_memory
+        memory = measure(config, layout, allow_large=True)
+    except RunError as error:
+        return fail(str(error))
+    except NnxError as error:
+        report(str(error))
+        return 1
+    console().print(
+        table(
+            f"per device ({memory.mesh}, {memory.devices} devices)",
+            ("", "Each device", f"All {memory.devices}"),
+            device.memory_rows(memory),
+        )
+    )
+    if not with_step:
+        console().print("train step peak: not compiled (give the config a data section)")
+    try:
+        device.check_device_memory(memory, config, allow_large=args.allow_large)
+    except ConfigError as error:
+        report(str(error))
+        return 1
+    return 0
 
 
 def _memory(config: Any, state: Any, *, allow_large: bool) -> int:
@@ -256,6 +293,13 @@ def add_commands(subparsers: Any) -> None:
         "--summary",
         action="store_true",
         help="shapes, counts and bytes per layer and per Variable kind",
+    )
+    build.add_argument(
+        "--mesh",
+        metavar="data=N,fsdp=F,model=M",
+        default=None,
+        help="what each device of this mesh holds: parameters, optimizer state and the "
+        "compiled train step's peak (replaces the config's mesh section)",
     )
     build.add_argument(
         "--allow-large",

@@ -27,6 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .._errors import NnxWarning
 from ..registry._errors import PluginError, PluginWarning
 from ..registry._registry import Registry, default_registry
 
@@ -126,8 +127,9 @@ def plugin_warnings_as_lines() -> Iterator[None]:
     """Inside the block, plugin warnings print as ``nnx: warning: ...`` lines (no source line).
 
     They always show (once per distribution, as the registry emits them), whatever the Python
-    warning filters say: ``NNX_STRICT_PLUGINS=1`` is how they become errors. Other warnings
-    keep Python's format.
+    warning filters say: ``NNX_STRICT_PLUGINS=1`` is how they become errors. nnx's own
+    warnings (`NnxWarning`) print as ``nnx: warning: ...`` too; other warnings keep Python's
+    format.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("default", PluginWarning)
@@ -137,6 +139,8 @@ def plugin_warnings_as_lines() -> Iterator[None]:
             if isinstance(message, PluginWarning) and message.error is not None:
                 _WARNED.append(message.error)
                 report(problem_text("warning", message.error))
+            elif isinstance(message, NnxWarning):
+                report(f"nnx: warning: {message}")
             else:
                 python_format(message, category, *where, **more)
 

@@ -38,7 +38,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import nnx_core as nnx
 
-from .._errors import NnxError
+from .._errors import NnxError, NnxWarning
 from .._text import format_path, suggest
 from ..config._errors import ConfigError
 from ._rules import BATCH_AXES, DEFAULT_RULES, axes_text
@@ -55,7 +55,7 @@ __all__ = [
 _NAME_KEYS = ("sharding_names", "out_sharding")
 
 
-class ShardingRulesWarning(UserWarning):
+class ShardingRulesWarning(NnxWarning):
     """A ``sharding_rules`` entry names a logical axis no layer of the model declares."""
 
 

@@ -49,7 +49,7 @@ from ._collectives import sync
 from ._config import check_data_path, load_train_config
 from ._device_memory import memory_line
 from ._evaluation import eval_batch_size, evaluate_model, evaluation_line
-from ._mesh import batch_placer, run_layout
+from ._mesh import batch_placer, first_bad_step, run_layout
 from ._plan import Plan, call, make_plan, measure_layout, setup, steps_of
 from ._plot import plot_metrics
 from ._precision import model_config
@@ -308,7 +308,7 @@ def _loop(
     loggers, bar = out
     section = plan.config.sections["train"]
     checkpoint = latest_checkpoint(plan.ckpt_dir)
-    window, bad = _Window(), jax.numpy.int32(0)
+    window, bad = _Window(), first_bad_step(plan.mesh)
     run.model.train()
     for step in range(span[0] + 1, span[1] + 1):
         fed = time.perf_counter()

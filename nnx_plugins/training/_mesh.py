@@ -34,6 +34,7 @@ __all__ = [
     "run_layout",
     "replicate_unplaced",
     "batch_placer",
+    "first_bad_step",
 ]
 
 
@@ -191,6 +192,16 @@ def replicate_unplaced(node: Any, mesh: Any) -> None:
                 variable.value = jax.device_put(variable.value, replicated)
             else:
                 variable.value = place(variable.value, replicated)
+
+
+def first_bad_step(mesh: Any) -> Any:
+    """The train step's first-bad-step counter, 0, placed as the step returns it: replicated
+    over ``mesh``, or committed to the default device (an uncommitted input would make the
+    second step compile again, for the placement of the first step's output)."""
+    zero = np.int32(0)
+    if mesh is None:
+        return jax.device_put(zero, jax.devices()[0])
+    return place(zero, NamedSharding(mesh, PartitionSpec()))
 
 
 def batch_placer(mesh: Any, batch_size: int) -> Any:

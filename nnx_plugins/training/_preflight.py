@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 import nnx_core as nnx
 
@@ -133,4 +134,6 @@ def batch_struct(batch: Any, sharding: Any) -> dict[str, Any]:
 
 def compile_step(steps: Any, model: Any, optimizer: Any, batch: Any) -> Any:
     """The train step compiled for these (possibly abstract) arguments, without running it."""
-    return steps.train.lower(model, optimizer, batch, jnp.int32(0), np.int32(1)).compile()
+    mesh = next(iter(batch.values())).sharding.mesh
+    bad = jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(mesh, PartitionSpec()))
+    return steps.train.lower(model, optimizer, batch, bad, np.int32(1)).compile()
