@@ -26,6 +26,7 @@ from ._layout import Layout
 from ._plan import make_plan, measure_layout, steps_of
 from ._precision import model_config
 from ._preflight import check_on_data, plan_layout
+from ._sharded import constructor
 
 __all__ = ["layout_memory", "layout_step_memory"]
 
@@ -38,7 +39,7 @@ def layout_memory(config: Any, layout: Layout, *, allow_large: bool) -> DeviceMe
             ``allow_large``).
     """
     check = check_model(model_config(config))
-    return plan_layout(config, check, layout, allow_large=allow_large)[1]
+    return plan_layout(config, check, layout, constructor(config), allow_large=allow_large)[1]
 
 
 def layout_step_memory(config: Any, layout: Layout, *, allow_large: bool) -> DeviceMemory:

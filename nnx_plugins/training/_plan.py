@@ -32,7 +32,7 @@ from ._sharded import constructor, create_sharded
 from ._steps import make_steps
 from .data._base import DataError
 
-__all__ = ["Plan", "make_plan", "setup", "measure_layout", "steps_of", "call"]
+__all__ = ["Plan", "make_plan", "maker", "setup", "measure_layout", "steps_of", "call"]
 
 
 @dataclasses.dataclass
@@ -49,6 +49,16 @@ class Plan:
     rows: int  # rows per update: batch_size * accumulate_steps
     steps: Any = None
     mesh: Any = None
+    make: Any = None  # builds (model, optimizer); one per run: its optimizer is in the graph
+
+
+def maker(plan: Plan) -> Any:
+    """The run's constructor of ``(model, optimizer)``, made once (`constructor`): the abstract
+    layout, the compiled step and the model then share one optimizer transformation, so the
+    step compiled for the layout is the step the run calls."""
+    if plan.make is None:
+        plan.make = constructor(plan.config)
+    return plan.make
 
 
 def make_plan(config: Any, parts: Parts, run_dir: pathlib.Path) -> Plan:
@@ -79,7 +89,7 @@ def make_plan(config: Any, parts: Parts, run_dir: pathlib.Path) -> Plan:
 def setup(plan: Plan, layout: Layout | None) -> tuple[Any, Any]:
     """The run's model and optimizer: built on the default device, or, over a mesh, created
     directly sharded as ``layout`` says (`create_sharded`)."""
-    make = constructor(plan.config)
+    make = maker(plan)
     if layout is None:
         return make()
     model, optimizer = create_sharded(make, layout)
@@ -95,7 +105,7 @@ def measure_layout(plan: Plan, check: Any, layout: Layout, *, allow_large: bool)
         ConfigError: a Variable cannot be laid out, or the run does not fit (unless
             ``allow_large``).
     """
-    abstract, memory = plan_layout(plan.config, check, layout, allow_large=allow_large)
+    abstract, memory = plan_layout(plan.config, check, layout, maker(plan), allow_large=allow_large)
     section = plan.config.sections["train"]
     batch = plan.parts.data.batch(0, plan.rows, section.seed)
     sharding = NamedSharding(layout.mesh, layout.batch_spec())

@@ -34,7 +34,7 @@ from ..config._shapes import DataSpec, ModelCheck, check_model
 from ._device_memory import DeviceMemory, check_device_memory, device_memory, step_peak
 from ._layout import Layout, LayoutError, layout_error
 from ._memory import check_memory, estimate_memory, trainable_kinds
-from ._sharded import abstract_sharded, constructor
+from ._sharded import abstract_sharded
 from .data._base import DataInfo
 
 __all__ = [
@@ -88,14 +88,14 @@ def preflight(config: Any, info: DataInfo, task: Any, *, allow_large: bool) -> M
 
 
 def plan_layout(
-    config: Any, check: ModelCheck, layout: Layout, *, allow_large: bool
+    config: Any, check: ModelCheck, layout: Layout, make: Any, *, allow_large: bool
 ) -> tuple[Any, DeviceMemory]:
     """Before a run over a mesh allocates anything: lay out the model and the optimizer
     abstractly (every dimension split as the rules say, or an error), warn about rules that
     name nothing, and refuse a run whose parameters and optimizer state do not fit the devices.
 
-    Returns ``(abstract, memory)``: the abstract ``(model, optimizer)``, each array carrying
-    its sharding, and what each device holds.
+    Returns ``(abstract, memory)``: the abstract ``(model, optimizer)`` that ``make`` builds,
+    each array carrying its sharding, and what each device holds.
 
     Raises:
         ConfigError: a Variable that cannot be laid out (at its rule or layer), or a run that
@@ -103,7 +103,7 @@ def plan_layout(
     """
     layout.warn_unused(check.state)
     try:
-        abstract, _ = abstract_sharded(constructor(config), layout)
+        abstract, _ = abstract_sharded(make, layout)
     except LayoutError as error:
         raise layout_error(config, error) from None
     kinds = trainable_kinds(config.sections["optimizer"].trainable)
@@ -133,7 +133,12 @@ def batch_struct(batch: Any, sharding: Any) -> dict[str, Any]:
 
 
 def compile_step(steps: Any, model: Any, optimizer: Any, batch: Any) -> Any:
-    """The train step compiled for these (possibly abstract) arguments, without running it."""
+    """The train step compiled for these (possibly abstract) arguments, without running it.
+
+    ``model`` is put in training mode, as the run puts its model: the same structure, so the
+    run's first step finds this compilation instead of compiling again.
+    """
+    model.train()
     mesh = next(iter(batch.values())).sharding.mesh
     bad = jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(mesh, PartitionSpec()))
     return steps.train.lower(model, optimizer, batch, bad, np.int32(1)).compile()
