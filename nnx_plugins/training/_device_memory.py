@@ -128,20 +128,22 @@ def step_peak(compiled: Any) -> int | None:
 
 
 def device_limit(local_devices: int) -> tuple[int, str]:
-    """``(bytes, what)`` one device may use: an accelerator's limit, or the host's available
-    memory shared by the ``local_devices`` simulated CPU devices."""
+    """``(bytes, what)``: what one device may use, and that said in words: an accelerator's
+    limit, or the host's available memory shared by the ``local_devices`` simulated CPU
+    devices."""
     device = jax.local_devices()[0]
     stats = device.memory_stats() if device.platform != "cpu" else None
     if stats and stats.get("bytes_limit"):
-        return int(stats["bytes_limit"]), f"each {device.platform.upper()} device has"
+        limit = int(stats["bytes_limit"])
+        return limit, f"each {device.platform.upper()} device has {human_bytes(limit)}"
     available = _host_available()
     share = available // max(local_devices, 1)
     if local_devices > 1:
         return share, (
             f"the {local_devices} CPU devices of this process share {human_bytes(available)} "
-            "of available host memory, so each may use"
+            f"of available host memory, {human_bytes(share)} each"
         )
-    return share, "the host has available"
+    return share, f"the host has {human_bytes(available)} available"
 
 
 def memory_line(memory: DeviceMemory) -> str:
@@ -194,8 +196,8 @@ def check_device_memory(memory: DeviceMemory, config: Any, *, allow_large: bool)
                 where,
                 f"training over {memory.mesh} needs {human_bytes(memory.total_bytes)} on each of "
                 f"its {memory.devices} devices (parameters {human_bytes(memory.parameter_bytes)}"
-                f", optimizer state {human_bytes(memory.optimizer_bytes)}{step}) but {what} "
-                f"{human_bytes(limit)}. Split the parameters over more devices (--mesh fsdp=N, "
+                f", optimizer state {human_bytes(memory.optimizer_bytes)}{step}) but {what}. "
+                "Split the parameters over more devices (--mesh fsdp=N, "
                 "model=M), make the model or the batch smaller, or pass --allow-large "
                 "(allow_large=True) to try anyway.",
             )

@@ -6,7 +6,6 @@ import pytest
 
 import nnx_core as nnx
 from nnx_layers import (
-    MultiHeadAttention,
     Conv,
     ConvTranspose,
     Einsum,
@@ -15,6 +14,7 @@ from nnx_layers import (
     Linear,
     LinearGeneral,
     LoRALinear,
+    MultiHeadAttention,
     PositionEmbed,
     Repeat,
     WeightNorm,
@@ -69,7 +69,11 @@ def test_every_parameter_of_every_built_in_layer_names_its_axes(name):
         ),
         (
             lambda r: LoRALinear(4, 8, lora_rank=2, rngs=r),
-            {"kernel": ("embed", "mlp"), "lora/lora_a": ("embed", None), "lora/lora_b": (None, "mlp")},
+            {
+                "kernel": ("embed", "mlp"),
+                "lora/lora_a": ("embed", None),
+                "lora/lora_b": (None, "mlp"),
+            },
         ),
     ],
 )
@@ -80,7 +84,9 @@ def test_the_names_of_each_layer(layer, expected):
 
 
 def test_attention_names_heads_for_megatron():
-    layer = MultiHeadAttention(2, 8, qkv_features=8, normalize_qk=True, decode=False, rngs=nnx.Rngs(0))
+    layer = MultiHeadAttention(
+        2, 8, qkv_features=8, normalize_qk=True, decode=False, rngs=nnx.Rngs(0)
+    )
     assert names(layer.query.kernel) == ("embed", "heads", "head_dim")
     assert names(layer.key.kernel) == names(layer.value.kernel) == ("embed", "kv_heads", "head_dim")
     assert names(layer.query.bias) == ("heads", "head_dim")
@@ -130,7 +136,9 @@ def test_flax_spelling_out_sharding_is_not_doubled():
 
 def test_names_in_the_initializer_win():
     init = nnx.with_partitioning(lambda k, s, d: jnp.zeros(s, d), ("x", "y"))
-    layer = Linear(4, 8, kernel_init=init, kernel_metadata={"sharding_names": ("p", "q")}, rngs=nnx.Rngs(0))
+    layer = Linear(
+        4, 8, kernel_init=init, kernel_metadata={"sharding_names": ("p", "q")}, rngs=nnx.Rngs(0)
+    )
     assert names(layer.kernel) == ("x", "y")
     flax_style = nnx.with_metadata(lambda k, s, d: jnp.zeros(s, d), out_sharding=("x", "y"))
     layer = Linear(4, 8, kernel_init=flax_style, rngs=nnx.Rngs(0))
@@ -139,7 +147,8 @@ def test_names_in_the_initializer_win():
 
 def test_naming_helpers():
     assert dense_names(8, 8) == ("embed", "mlp")
-    assert general_names((2, 3), (4,), batch=1) == ((None, "embed", None, "mlp"), (None, "mlp"))
+    assert general_names((2, 3), (8,), batch=1) == ((None, "embed", None, "mlp"), (None, "mlp"))
+    assert general_names((2, 3), (4,)) == (("mlp", None, "embed"), ("embed",))
     assert with_default_names({"note": 1}, ("a",)) == {"note": 1, "sharding_names": ("a",)}
     assert with_default_names({"sharding_names": None}, ("a",))["sharding_names"] == ("a",)
 

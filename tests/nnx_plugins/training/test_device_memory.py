@@ -48,14 +48,15 @@ def test_a_block_counts_its_share_and_a_replicated_array_counts_whole():
 def test_one_device_of_a_mesh_holds_everything():
     config = load_train_config(CONFIG)
     memory = layout_memory(config, run_layout(config, {"data": 1}), allow_large=False)
-    assert memory == DeviceMemory("--mesh data=1", 1, 1, PARAMS, 2 * PARAMS + 4, PARAMS)
+    # (adam: mu and nu, its count; the optimizer's step)
+    assert memory == DeviceMemory("--mesh data=1", 1, 1, PARAMS, 2 * PARAMS + 8, PARAMS)
     measured = layout_step_memory(config, run_layout(config, {"data": 1}), allow_large=False)
     # (the step holds at least the parameters, the optimizer state and the batch)
     assert measured.step_bytes >= 3 * PARAMS + 32 * 64 * 4
     assert measured.total_bytes == measured.step_bytes
     assert memory_line(measured).startswith(
-        "memory per device (--mesh data=1, 1 devices): parameters 10.5 KB, optimizer state "
-        "21.0 KB, train step peak "
+        "memory per device (--mesh data=1, 1 devices): parameters 9.4 KB, optimizer state "
+        "18.8 KB, train step peak "
     )
     assert [row[0] for row in memory_rows(measured)] == [
         "parameters",
@@ -73,7 +74,7 @@ def test_a_run_that_does_not_fit_is_refused_with_the_figures(monkeypatch):
         ConfigError,
         match=r"model: training over --mesh fsdp=8 needs 3\.9 KB on each of its 8 devices "
         r"\(parameters 1000 B, optimizer state 2\.0 KB, gradients 1000 B\) but the 8 CPU devices "
-        r"of this process share 27\.3 KB of available host memory, so each may use 3\.4 KB\. "
+        r"of this process share 27\.3 KB of available host memory, 3\.4 KB each\. "
         r"Split the parameters over more devices \(--mesh fsdp=N, model=M\), make the model or "
         r"the batch smaller, or pass --allow-large",
     ):
@@ -88,8 +89,11 @@ def test_a_run_that_does_not_fit_is_refused_with_the_figures(monkeypatch):
 def test_train_refuses_before_the_first_step(tmp_path, monkeypatch, room):
     config = load_train_config(CONFIG)
     measured = layout_step_memory(config, run_layout(config, {"data": 1}), allow_large=False)
-    # room for the parameters and the optimizer state but not for the step, or for nothing
-    limit = measured.parameter_bytes + measured.optimizer_bytes if room == "step" else 100
+    # room for the parameters, the optimizer state and the gradients but not for the step, or
+    # for nothing
+    estimate = measured.parameter_bytes + measured.optimizer_bytes + measured.gradient_bytes
+    assert measured.step_bytes > estimate
+    limit = estimate if room == "step" else 100
     monkeypatch.setattr(_device_memory, "_host_available", lambda: limit)
     what = "the compiled train step's peak" if room == "step" else "gradients"
     with pytest.raises(ConfigError, match=f"training over --mesh data=1 needs .*{what}"):
@@ -103,7 +107,9 @@ def test_train_shows_what_each_device_holds(tmp_path):
     console = Console(record=True, width=200)
     result = train(CONFIG, run_dir=tmp_path, mesh={"data": 1}, progress=False, console=console)
     assert result.step == 2
-    assert "memory per device (--mesh data=1, 1 devices): parameters 10.5 KB, optimizer state " \
-        "21.0 KB, train step peak" in console.export_text()
-    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    assert (
+        "memory per device (--mesh data=1, 1 devices): parameters 9.4 KB, optimizer state "
+        "18.8 KB, train step peak" in console.export_text()
+    )
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["split"] == "test"

@@ -175,7 +175,10 @@ def test_bad_sections_are_located_errors(tmp_path):
     text = str(caught.value)
     assert "unknown mesh axis 'pipeline'; the mesh axes are data, fsdp and model" in text
     assert "mesh.model: Input should be greater than or equal to 1" in text
-    assert "sharding_rules.embed: a rule names each mesh axis at most once, got ['fsdp', 'fsdp']" in text
+    assert (
+        "sharding_rules.embed: a rule names each mesh axis at most once, got ['fsdp', 'fsdp']"
+        in text
+    )
     assert "unknown mesh axis 'tensor'; the mesh axes are data, fsdp and model" in text
     assert f"{path}:2:" in text and f"{path}:5:" in text
 

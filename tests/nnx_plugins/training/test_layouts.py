@@ -18,18 +18,27 @@ import textwrap
 import numpy as np
 import pytest
 
+import nnx_core as nnx
+from nnx_plugins import load
+from nnx_plugins.training._config import load_train_config
+from nnx_plugins.training._sharded import constructor
+from tests.nnx_plugins.training.test_processes import finish, start, start_two, write_config
+
 WIDTH, VOCAB, SEQ = 16, 256, 8
 
 
 def gpt_config(path):
     """A small GPT over the bytes of ``path``: embeddings, 2 pre-norm blocks in a `Repeat` with
     ``remat`` (causal attention with 2 heads, a gelu MLP), a final norm and a head."""
+    # (no attention biases: the key's bias gets no gradient - softmax ignores what it adds - and
+    # Adam turns its float noise into full steps that differ between any two layouts)
     attention = {
         "type": "MultiHeadAttention",
         "num_heads": 2,
         "in_features": WIDTH,
         "is_causal": True,
         "decode": False,
+        "use_bias": False,
     }
     mlp = [
         {"type": "LayerNorm", "num_features": WIDTH},
@@ -65,6 +74,7 @@ def gpt_config(path):
         "data": {"type": "text", "path": str(path), "level": "bytes", "seq_len": SEQ},
         "optimizer": {"type": "adam", "learning_rate": 0.01},
         "train": {"steps": 4, "batch_size": 16, "log_interval": 1},
+        "checkpoint": {"interval": 2},
     }
 
 
@@ -76,7 +86,7 @@ LAYOUTS = {
 }
 
 SCRIPT = """
-import json, pathlib, sys
+import json, pathlib, shutil, sys
 import jax, numpy as np
 import nnx_core as nnx
 from nnx_plugins import load, train
@@ -141,11 +151,12 @@ report["loaded"] = {
     "params": largest_difference(values(model, optimizer, TRAINED), finals["fsdp8"]),
 }
 
-# a run stopped under fsdp=4,model=2 resumed under data=8
-train(config, run_dir=root / "moved", mesh={"fsdp": 4, "model": 2}, stop_at=2, progress=False)
+# the run of fsdp=4,model=2, as if stopped after its step-2 checkpoint, resumed under data=8
+shutil.copytree(root / "fsdp4_model2", root / "moved")
+shutil.rmtree(root / "moved" / "checkpoints" / "step_00000004")
 moved = train(config, run_dir=root / "moved", mesh={"data": 8}, resume=True, progress=False)
 report["resumed"] = {
-    "loss": losses(moved.run_dir),
+    "loss": losses(moved.run_dir), "steps": moved.steps_trained,
     "params": largest_difference(values(moved.model, moved.optimizer), reference),
 }
 print(json.dumps(report))
@@ -170,7 +181,9 @@ def run_eight_devices(*arguments, timeout=900):
 def corpus(folder):
     """About 3 KB of Python source (no download): ~370 windows of 8 bytes."""
     path = folder / "corpus.txt"
-    path.write_text(pathlib.Path(json.__file__).read_text(encoding="utf-8")[:3000], encoding="utf-8")
+    path.write_text(
+        pathlib.Path(json.__file__).read_text(encoding="utf-8")[:3000], encoding="utf-8"
+    )
     return path
 
 
@@ -204,7 +217,44 @@ def test_no_device_holds_a_whole_parameter_or_moment_when_fsdp_splits_them(repor
 def test_a_checkpoint_loads_and_resumes_under_another_layout(report):
     assert report["loaded"]["wrong"] == []
     assert report["loaded"]["params"] == 0.0
-    np.testing.assert_allclose(
-        report["resumed"]["loss"], report["runs"]["one"]["loss"], rtol=1e-4
-    )
+    np.testing.assert_allclose(report["resumed"]["loss"], report["runs"]["one"]["loss"], rtol=1e-4)
     assert report["resumed"]["params"] < 1e-4
+    assert report["resumed"]["steps"] == 2
+
+
+# -- two processes ---------------------------------------------------------------------------
+def checkpoint_values(checkpoint, config):
+    """Every parameter and optimizer moment of a checkpoint, loaded here on one device."""
+    model, optimizer = constructor(load_train_config(config))()
+    load(checkpoint, into=model, optimizer=optimizer)
+    state = nnx.state((model, optimizer), (nnx.Param, nnx.OptState))
+    return {path: np.asarray(v.get_raw_value()) for path, v in state.flat_state()}
+
+
+def test_two_processes_of_four_devices_train_like_one_process_of_eight(tmp_path):
+    config = gpt_config(corpus(tmp_path))
+    path = write_config(tmp_path, config, name="gpt.json")
+    two_dir, one_dir = tmp_path / "two", tmp_path / "one"
+    mesh = ["--mesh", "fsdp=4,model=2"]  # (fsdp spans both processes)
+    two = start_two([path, "--run-dir", str(two_dir), "--no-progress", *mesh])
+    one = start([path, "--run-dir", str(one_dir), "--no-progress", *mesh], devices=8)
+    (code0, out0, err0), (code1, out1, err1), (code, out, err) = finish([*two, one], timeout=900)
+    assert (code0, code1, code) == (0, 0, 0), err0[-3000:] + err1[-3000:] + err[-3000:]
+    assert "memory per device (--mesh fsdp=4,model=2, 8 devices): parameters" in out0
+    assert out1 == ""
+
+    def curve(run_dir):
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        return [r["loss"] for r in rows if r["split"] == "train"]
+
+    assert len(curve(two_dir)) == 4
+    np.testing.assert_allclose(curve(two_dir), curve(one_dir), rtol=1e-4)
+    final = "checkpoints/step_00000004"
+    assert sorted(os.listdir(two_dir / final))[1:] == [
+        "tensors-00000-of-00002.safetensors",
+        "tensors-00001-of-00002.safetensors",
+    ]
+    got, want = (checkpoint_values(d / final, config) for d in (two_dir, one_dir))
+    assert got.keys() == want.keys()
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-4, atol=1e-6, err_msg=str(key))
