@@ -133,6 +133,7 @@ def plugin_warnings_as_lines() -> Iterator[None]:
     """
     with warnings.catch_warnings():
         warnings.simplefilter("default", PluginWarning)
+        warnings.simplefilter("default", NnxWarning)
         python_format = warnings.showwarning
 
         def show(message: Any, category: Any, *where: Any, **more: Any) -> None:

@@ -131,16 +131,20 @@ def train(
         run_dir: where logs, the plot and checkpoints go (default ``runs/<config name>``, or
             ``runs/<config name>-N`` when that already holds another run's checkpoints).
         resume: continue from the newest checkpoint in the run's checkpoint directory.
-        mesh: a `jax.sharding.Mesh` with a ``data`` axis (and optionally ``model``), or a
-            mapping such as ``{"data": 8}``; the batch is sharded over ``data`` and each Variable
-            by its ``sharding_names`` where they name a mesh axis. With several processes the
-            default is ``{"data": jax.device_count()}``.
+        mesh: the axis sizes, e.g. ``{"fsdp": 8}`` or ``{"data": 2, "fsdp": 2, "model": 2}``
+            (the axes ``data``, ``fsdp``, ``model``), or a `jax.sharding.Mesh`; default: the
+            config's ``mesh`` section, else one device (several processes: ``data`` over all
+            devices). The batch is split over ``data`` and ``fsdp``, every Variable as its
+            logical axis names and the config's ``sharding_rules`` say (docs/multi-device.md);
+            the model and optimizer are created directly sharded, and what each device holds
+            is printed, and checked against its memory, before the first step.
         progress: show a progress bar (process 0 only).
         console: a `rich.console.Console` for the evaluation and resume lines; by default
             stdout while the progress bar is shown, and nowhere when ``progress=False``.
         stop_at: stop after this step (as a preempted job would), checkpointing it.
         allow_large: train even when the memory estimate (Variables, gradients and optimizer
-            state, from an abstract build) exceeds the memory available.
+            state, from an abstract build; over a mesh, each device's share and the compiled
+            step's peak) exceeds the memory available.
 
     Returns:
         A `TrainResult`.
@@ -148,16 +152,17 @@ def train(
     Raises:
         ConfigError: the config is invalid; a layer cannot take its input or the output does
             not fit the task (reported at the layer); a metric the task cannot feed; a value
-            a callback watches that the run does not report; or the run needs more memory
-            than is available and ``allow_large`` is False.
+            a callback watches that the run does not report; a parameter the sharding rules
+            cannot split (its path, shape and the mesh axis named) or rules that conflict; or
+            the run needs more memory than is available and ``allow_large`` is False.
         DataError: the data cannot be read or does not fit the task (located at ``data``).
         CheckpointError: ``resume`` found a checkpoint that does not fit (the model, or the
             data: e.g. another character vocabulary).
         TrainingDivergedError: the loss became NaN or infinite (the step and the last
             checkpoint named).
         RunError: ``run_dir`` is a file, holds checkpoints but ``resume`` is False, is used by
-            another run, cannot be written (a full disk, no permission); or the ``mesh`` does
-            not fit the devices (of every process) or the batch.
+            another run, cannot be written (a full disk, no permission); or the ``mesh`` names
+            an unknown axis, does not fit the devices (of every process) or the batch.
     """
     started = time.perf_counter()
     config = load_train_config(config)
@@ -180,7 +185,7 @@ def train(
         raise located_data_error(config, error) from None
     plan.steps = steps_of(plan)
     if layout is not None:  # (each device's share, the step's peak: before anything is allocated)
-        memory = measure_layout(plan, check, layout, allow_large=allow_large)
+        memory = measure_layout(plan, layout, allow_large=allow_large)
     with RunLock(plan.run_dir) if main else contextlib.nullcontext():
         sync("nnx-run-directory")  # (the others wait until process 0 holds the directory)
         check_new_run(plan.run_dir, plan.ckpt_dir, resume)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
-from ..config._shapes import check_model
 from ._assembly import assemble
 from ._device_memory import DeviceMemory
 from ._layout import Layout
@@ -38,8 +37,7 @@ def layout_memory(config: Any, layout: Layout, *, allow_large: bool) -> DeviceMe
         ConfigError: the model cannot be built or laid out, or does not fit (unless
             ``allow_large``).
     """
-    check = check_model(model_config(config))
-    return plan_layout(config, check, layout, constructor(config), allow_large=allow_large)[1]
+    return plan_layout(config, layout, constructor(config), allow_large=allow_large)[1]
 
 
 def layout_step_memory(config: Any, layout: Layout, *, allow_large: bool) -> DeviceMemory:
@@ -51,6 +49,6 @@ def layout_step_memory(config: Any, layout: Layout, *, allow_large: bool) -> Dev
     """
     parts = assemble(config)
     plan = make_plan(config, parts, pathlib.Path("."))
-    check = check_on_data(model_config(config), parts.info, parts.task)
+    check_on_data(model_config(config), parts.info, parts.task)
     plan.steps = steps_of(plan)
-    return measure_layout(plan, check, layout, allow_large=allow_large)
+    return measure_layout(plan, layout, allow_large=allow_large)

@@ -96,7 +96,7 @@ def setup(plan: Plan, layout: Layout | None) -> tuple[Any, Any]:
     return model, optimizer
 
 
-def measure_layout(plan: Plan, check: Any, layout: Layout, *, allow_large: bool) -> DeviceMemory:
+def measure_layout(plan: Plan, layout: Layout, *, allow_large: bool) -> DeviceMemory:
     """Before a run over a mesh allocates anything: lay its model and optimizer out abstractly,
     compile its train step for that layout, and refuse it if a device cannot hold its share
     (`plan_layout`, `measure_step`).
@@ -105,7 +105,7 @@ def measure_layout(plan: Plan, check: Any, layout: Layout, *, allow_large: bool)
         ConfigError: a Variable cannot be laid out, or the run does not fit (unless
             ``allow_large``).
     """
-    abstract, memory = plan_layout(plan.config, check, layout, maker(plan), allow_large=allow_large)
+    abstract, memory = plan_layout(plan.config, layout, maker(plan), allow_large=allow_large)
     section = plan.config.sections["train"]
     batch = plan.parts.data.batch(0, plan.rows, section.seed)
     sharding = NamedSharding(layout.mesh, layout.batch_spec())

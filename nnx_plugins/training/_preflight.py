@@ -88,26 +88,27 @@ def preflight(config: Any, info: DataInfo, task: Any, *, allow_large: bool) -> M
 
 
 def plan_layout(
-    config: Any, check: ModelCheck, layout: Layout, make: Any, *, allow_large: bool
+    config: Any, layout: Layout, make: Any, *, allow_large: bool
 ) -> tuple[Any, DeviceMemory]:
-    """Before a run over a mesh allocates anything: lay out the model and the optimizer
-    abstractly (every dimension split as the rules say, or an error), warn about rules that
-    name nothing, and refuse a run whose parameters and optimizer state do not fit the devices.
+    """Before a run over a mesh allocates anything: lay out the model and the optimizer that
+    ``make`` builds, abstractly (every dimension split as the rules say, or an error), warn
+    about rules that name nothing, and refuse a run whose parameters and optimizer state do not
+    fit the devices.
 
-    Returns ``(abstract, memory)``: the abstract ``(model, optimizer)`` that ``make`` builds,
-    each array carrying its sharding, and what each device holds.
+    Returns ``(abstract, memory)``: the abstract ``(model, optimizer)``, each array carrying its
+    sharding, and what each device holds.
 
     Raises:
         ConfigError: a Variable that cannot be laid out (at its rule or layer), or a run that
             does not fit (unless ``allow_large``).
     """
-    layout.warn_unused(check.state)
     try:
         abstract, _ = abstract_sharded(make, layout)
     except LayoutError as error:
         raise layout_error(config, error) from None
-    kinds = trainable_kinds(config.sections["optimizer"].trainable)
     model_state, optimizer_state = (nnx.state(node) for node in abstract)
+    layout.warn_unused(model_state)
+    kinds = trainable_kinds(config.sections["optimizer"].trainable)
     memory = device_memory(model_state, optimizer_state, kinds, layout.mesh)
     return abstract, check_device_memory(memory, config, allow_large=allow_large)
 

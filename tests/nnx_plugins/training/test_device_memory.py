@@ -113,3 +113,65 @@ def test_train_shows_what_each_device_holds(tmp_path):
     )
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["split"] == "test"
+
+
+# -- nnx build --summary --mesh ----------------------------------------------------------------
+def build_command(tmp_path, capsys, config, *flags):
+    from nnx_plugins.cli._main import main
+
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(config))
+    status = main(["build", str(path), *flags])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_build_shows_what_each_device_holds(tmp_path, capsys):
+    status, out, err = build_command(tmp_path, capsys, CONFIG, "--mesh", "data=1")
+    assert (status, err) == (0, "")
+    assert "per device (--mesh data=1, 1 devices)" in out
+    for row in ("parameters", "9.4 KB", "optimizer state", "18.8 KB", "train step peak", "total"):
+        assert row in out
+    model_only = {"model": CONFIG["model"], "mesh": {"data": 1}}  # (the config's own mesh)
+    status, out, err = build_command(tmp_path, capsys, model_only)
+    assert status == 0 and "gradients (estimate)" in out
+    assert "train step peak: not compiled (give the config a data section)" in out
+
+
+@pytest.mark.parametrize(
+    ("mesh", "message"),
+    [
+        (
+            "pipeline=2",
+            "nnx: error: --mesh: unknown axis 'pipeline' in 'pipeline=2'; the mesh axes "
+            "are data, fsdp and model (e.g. --mesh data=2,fsdp=2,model=2).\n",
+        ),
+        (
+            "fsdp=2",
+            "nnx: error: --mesh fsdp=2 needs 2 devices but 1 CPU device(s) are visible. On "
+            "CPU, simulate more with XLA_FLAGS=--xla_force_host_platform_device_count=2.\n",
+        ),
+    ],
+)
+def test_build_with_a_bad_mesh(tmp_path, capsys, mesh, message):
+    status, out, err = build_command(tmp_path, capsys, CONFIG, "--mesh", mesh)
+    assert (status, err) == (1, message)
+
+
+def test_build_refuses_what_does_not_fit_unless_allowed(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(_device_memory, "_host_available", lambda: 1000)
+    status, out, err = build_command(tmp_path, capsys, CONFIG, "--mesh", "data=1")
+    assert status == 1 and "per device (--mesh data=1, 1 devices)" in out
+    assert "training over --mesh data=1 needs" in err and "the host has 1000 B available" in err
+    status, _, err = build_command(tmp_path, capsys, CONFIG, "--mesh", "data=1", "--allow-large")
+    assert (status, err) == (0, "")
+
+
+def test_a_rule_naming_nothing_is_a_warning_line(tmp_path, capsys):
+    config = {**CONFIG, "sharding_rules": {"embd": "fsdp"}}
+    status, _, err = build_command(tmp_path, capsys, config, "--mesh", "data=1")
+    assert status == 0
+    assert err.startswith(
+        "nnx: warning: sharding_rules names ['embd'], which no layer of the model "
+        "declares; those rules do nothing. Did you mean 'embed'?"
+    )
