@@ -197,3 +197,24 @@ def test_the_run_layout_comes_from_the_argument_or_the_config():
     assert run_layout(load_train_config({"model": config.model}), None) is None
     with pytest.raises(ValueError, match=r"mesh= takes a jax\.sharding\.Mesh or the axis sizes"):
         run_layout(config, "fsdp=8")
+
+
+def test_a_layout_problem_is_a_config_error_at_the_rule(tmp_path):
+    from nnx_plugins.training._layout import layout_error
+
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "model: {type: Linear, in_features: 64, out_features: 10}\n"
+        "sharding_rules:\n"
+        "  mlp: model\n"
+    )
+    config = load_train_config(path)
+    state = nnx.State({"kernel": param((64, 10), ("embed", "mlp"))})
+    with pytest.raises(LayoutError) as caught:
+        Layout.of({"model": 4}, {"mlp": ("model",)}).specs(state)
+    error = layout_error(config, caught.value)
+    assert isinstance(error, ConfigError)
+    assert str(error.problems[0]).startswith(
+        f"{path}:3:8: sharding_rules.mlp: model.kernel has shape (64, 10): dimension 1 ('mlp', "
+        "size 10) cannot be split over mesh axis 'model' of size 4"
+    )
