@@ -1,6 +1,6 @@
 """The same training on any layout: a GPT (a `Repeat` of blocks with ``remat``) on 8 simulated CPU
 devices as ``data=8``, ``fsdp=8``, ``data=2,fsdp=2,model=2`` and ``fsdp=4,model=2`` follows the
-one-device loss curve; every array stays where the layout puts it, none is ever whole on one
+one-device loss curve, and so does an imported Llama (``fsdp=8``, ``data=2,fsdp=2,model=2``); every array stays where the layout puts it, none is ever whole on one
 device when ``fsdp`` splits it; checkpoints written under one layout load (and resume) under
 another. Two processes of 4 devices each follow one process of 8 (test_two_processes below).
 
@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 import nnx_core as nnx
-from nnx_plugins import load
+from nnx_plugins import import_hf, load, load_config
 from nnx_plugins.training._config import load_train_config
 from nnx_plugins.training._sharded import constructor
+from tests.nnx_plugins.pretrained.conftest import FIXTURES
 from tests.nnx_plugins.training.test_processes import finish, start, start_two, write_config
 
 WIDTH, VOCAB, SEQ = 16, 256, 8
@@ -94,10 +95,8 @@ from nnx_plugins.training._config import load_train_config
 from nnx_plugins.training._mesh import run_layout
 from nnx_plugins.training._sharded import constructor, create_sharded
 
-config, layouts, root = json.loads(sys.argv[1]), json.loads(sys.argv[2]), pathlib.Path(sys.argv[3])
-
 def losses(run_dir):
-    rows = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [r["loss"] for r in rows if r["split"] == "train"]
 
 def placement(model, optimizer, layout):
@@ -124,42 +123,54 @@ def largest_difference(first, second):
 
 TRAINED = (nnx.Param, nnx.OptState)
 
-report = {"devices": jax.device_count(), "runs": {}}
-one = train(config, run_dir=root / "one", progress=False)
-report["runs"]["one"] = {"loss": losses(one.run_dir)}
-reference = values(one.model, one.optimizer)
-parsed = load_train_config(config)
-finals = {}
-for name, mesh in layouts.items():
-    result = train(config, run_dir=root / name, mesh=mesh, progress=False)
-    layout = run_layout(parsed, mesh)
-    wrong, whole = placement(result.model, result.optimizer, layout)
-    report["runs"][name] = {
-        "loss": losses(result.run_dir),
-        "wrong": wrong, "whole": whole,
-        "params": largest_difference(values(result.model, result.optimizer), reference),
+def curves(config, layouts, root):
+    # train config on one device and on each layout: the report, the final values
+    report = {"devices": jax.device_count(), "runs": {}}
+    one = train(config, run_dir=root / "one", progress=False)
+    report["runs"]["one"] = {"loss": losses(one.run_dir)}
+    reference = values(one.model, one.optimizer)
+    parsed = load_train_config(config)
+    finals = {}
+    for name, mesh in layouts.items():
+        result = train(config, run_dir=root / name, mesh=mesh, progress=False)
+        wrong, whole = placement(result.model, result.optimizer, run_layout(parsed, mesh))
+        report["runs"][name] = {
+            "loss": losses(result.run_dir),
+            "wrong": wrong, "whole": whole,
+            "params": largest_difference(values(result.model, result.optimizer), reference),
+        }
+        finals[name] = values(result.model, result.optimizer, TRAINED)
+    return report, reference, finals
+
+def moves(config, root, report, reference, finals):
+    # checkpoints of one layout loaded, and a run resumed, under another
+    parsed = load_train_config(config)
+    # a checkpoint of fsdp=8 loaded under data=2,fsdp=2,model=2
+    target = run_layout(parsed, {"data": 2, "fsdp": 2, "model": 2})
+    model, optimizer = create_sharded(constructor(parsed), target)
+    load(root / "fsdp8" / "checkpoints", into=model, optimizer=optimizer)
+    wrong, whole = placement(model, optimizer, target)
+    report["loaded"] = {
+        "wrong": wrong,
+        "params": largest_difference(values(model, optimizer, TRAINED), finals["fsdp8"]),
     }
-    finals[name] = values(result.model, result.optimizer, TRAINED)
+    # the run of fsdp=4,model=2, as if stopped after its step-2 checkpoint, resumed under data=8
+    shutil.copytree(root / "fsdp4_model2", root / "moved")
+    shutil.rmtree(root / "moved" / "checkpoints" / "step_00000004")
+    moved = train(config, run_dir=root / "moved", mesh={"data": 8}, resume=True, progress=False)
+    report["resumed"] = {
+        "loss": losses(moved.run_dir), "steps": moved.steps_trained,
+        "params": largest_difference(values(moved.model, moved.optimizer), reference),
+    }
 
-# a checkpoint of fsdp=8 loaded under data=2,fsdp=2,model=2
-target = run_layout(parsed, {"data": 2, "fsdp": 2, "model": 2})
-model, optimizer = create_sharded(constructor(parsed), target)
-load(root / "fsdp8" / "checkpoints", into=model, optimizer=optimizer)
-wrong, whole = placement(model, optimizer, target)
-report["loaded"] = {
-    "wrong": wrong,
-    "params": largest_difference(values(model, optimizer, TRAINED), finals["fsdp8"]),
-}
-
-# the run of fsdp=4,model=2, as if stopped after its step-2 checkpoint, resumed under data=8
-shutil.copytree(root / "fsdp4_model2", root / "moved")
-shutil.rmtree(root / "moved" / "checkpoints" / "step_00000004")
-moved = train(config, run_dir=root / "moved", mesh={"data": 8}, resume=True, progress=False)
-report["resumed"] = {
-    "loss": losses(moved.run_dir), "steps": moved.steps_trained,
-    "params": largest_difference(values(moved.model, moved.optimizer), reference),
-}
-print(json.dumps(report))
+models, root = json.loads(sys.argv[1]), pathlib.Path(sys.argv[2])
+reports = {}
+for name, job in models.items():
+    report, reference, finals = curves(job["config"], job["layouts"], root / name)
+    if job.get("moves"):
+        moves(job["config"], root / name, report, reference, finals)
+    reports[name] = report
+print(json.dumps(reports))
 """
 
 
@@ -187,15 +198,42 @@ def corpus(folder):
     return path
 
 
+LLAMA_LAYOUTS = {"fsdp8": {"fsdp": 8}, "data2_fsdp2_model2": {"data": 2, "fsdp": 2, "model": 2}}
+
+
+def llama_config(folder, text):
+    """tests/fixtures/hf/llama imported (`nnx import hf`: a CausalLM of SelfAttention with 4
+    query and 2 key/value heads, RoPE, GatedMLP and RMSNorm blocks in a Repeat), its tokenizer
+    and config as imported, trained on ``text`` for 4 steps."""
+    done = import_hf(FIXTURES / "llama", folder / "llama")
+    overrides = ["data.path=" + str(text), "data.seq_len=8", "train.steps=4"]
+    overrides += ["train.batch_size=16", "train.log_interval=1", "optimizer.learning_rate=0.001"]
+    overrides += ["checkpoint.interval=2"]
+    return load_train_config(load_config(done.config, overrides=overrides)).to_dict()
+
+
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
+def reports(tmp_path_factory):
     folder = tmp_path_factory.mktemp("layouts")
-    config = gpt_config(corpus(folder))
-    return run_eight_devices(SCRIPT, json.dumps(config), json.dumps(LAYOUTS), str(folder))
+    text = corpus(folder)
+    models = {
+        "gpt": {"config": gpt_config(text), "layouts": LAYOUTS, "moves": True},
+        "llama": {"config": llama_config(folder, text), "layouts": LLAMA_LAYOUTS},
+    }
+    return run_eight_devices(SCRIPT, json.dumps(models), str(folder))
 
 
-@pytest.mark.parametrize("name", list(LAYOUTS))
-def test_every_layout_follows_the_one_device_loss_curve(report, name):
+@pytest.fixture
+def report(reports):
+    return reports["gpt"]
+
+
+CASES = [("gpt", name) for name in LAYOUTS] + [("llama", name) for name in LLAMA_LAYOUTS]
+
+
+@pytest.mark.parametrize(("model", "name"), CASES)
+def test_every_layout_follows_the_one_device_loss_curve(reports, model, name):
+    report = reports[model]
     assert report["devices"] == 8
     one, run = report["runs"]["one"], report["runs"][name]
     assert len(one["loss"]) == 4 and one["loss"][-1] < one["loss"][0]
@@ -203,15 +241,18 @@ def test_every_layout_follows_the_one_device_loss_curve(report, name):
     assert run["params"] < 1e-4  # the trained parameters, largest absolute difference
 
 
-@pytest.mark.parametrize("name", list(LAYOUTS))
-def test_every_array_stays_where_the_layout_puts_it(report, name):
+@pytest.mark.parametrize(("model", "name"), CASES)
+def test_every_array_stays_where_the_layout_puts_it(reports, model, name):
     # after 4 steps: every parameter, statistic, Rng state and optimizer moment
-    assert report["runs"][name]["wrong"] == []
+    assert reports[model]["runs"][name]["wrong"] == []
 
 
-@pytest.mark.parametrize("name", ["fsdp8", "data2_fsdp2_model2", "fsdp4_model2"])
-def test_no_device_holds_a_whole_parameter_or_moment_when_fsdp_splits_them(report, name):
-    assert report["runs"][name]["whole"] == []
+@pytest.mark.parametrize(
+    ("model", "name"),
+    [(m, n) for m, n in CASES if n != "data8"],
+)
+def test_no_device_holds_a_whole_parameter_or_moment_when_fsdp_splits_them(reports, model, name):
+    assert reports[model]["runs"][name]["whole"] == []
 
 
 def test_a_checkpoint_loads_and_resumes_under_another_layout(report):

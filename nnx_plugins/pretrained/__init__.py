@@ -1,0 +1,1 @@
+"""Pretrained models in: transformers checkpoints as nnx configs and checkpoints (``nnx import hf``)."""
