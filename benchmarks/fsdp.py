@@ -56,8 +56,11 @@ GIB = 1024**3
 
 
 # -- the GPT of nnx train (a config) -------------------------------------------------------------
-def gpt_config(width: int, layers: int, heads: int, seq: int, batch: int) -> dict[str, Any]:
-    """A GPT over bytes: embeddings, ``layers`` pre-norm blocks in a `Repeat`, a head."""
+def gpt_config(
+    width: int, layers: int, heads: int, seq: int, batch: int, remat: bool = False
+) -> dict[str, Any]:
+    """A GPT over bytes: embeddings, ``layers`` pre-norm blocks in a `Repeat` (with ``remat``:
+    each block's activations recomputed in the backward pass), a head."""
     attention = {
         "type": "MultiHeadAttention",
         "num_heads": heads,
@@ -85,7 +88,7 @@ def gpt_config(width: int, layers: int, heads: int, seq: int, batch: int) -> dic
             "layers": [
                 {"type": "Embed", "num_embeddings": 256, "features": width},
                 {"type": "PositionEmbed", "max_length": seq, "features": width},
-                {"type": "Repeat", "count": layers, "block": block},
+                {"type": "Repeat", "count": layers, "remat": remat, "block": block},
                 norm,
                 {"type": "Linear", "in_features": width, "out_features": 256},
             ],
@@ -128,7 +131,7 @@ def mb(nbytes: float) -> str:
 
 
 def memory(args: argparse.Namespace) -> None:
-    config = gpt_config(args.width, args.layers, args.heads, args.seq, args.batch)
+    config = gpt_config(args.width, args.layers, args.heads, args.seq, args.batch, args.remat)
     print(
         f"GPT: {count_parameters(config) / 1e6:.1f}M parameters, Adam; batch {args.batch} x "
         f"{args.seq} tokens; {jax.device_count()} devices"
@@ -297,7 +300,7 @@ def largest(args: argparse.Namespace) -> None:
         fits, low, high = None, 1, args.max_layers
         while low <= high:
             layers = (low + high) // 2
-            config = gpt_config(args.width, layers, args.heads, args.seq, args.batch)
+            config = gpt_config(args.width, layers, args.heads, args.seq, args.batch, args.remat)
             total = 8 * planned(config, mesh).total_bytes
             ok = total <= budget
             print(
@@ -385,6 +388,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--gib", type=float, default=16.0)
     parser.add_argument("--max-layers", type=int, default=256)
+    parser.add_argument("--remat", action="store_true", help="Repeat(remat=True) in the GPT")
     args = parser.parse_args()
     defaults = {  # width, layers, heads, seq
         "memory": (768, 14, 12, 128),

@@ -27,10 +27,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
@@ -238,6 +239,17 @@ class Layout:
         """The batch's first axis over ``data`` and ``fsdp`` (those the mesh has)."""
         axes = tuple(a for a in BATCH_AXES if a in _sizes(self.mesh))
         return PartitionSpec(axes if axes else None)
+
+    @contextlib.contextmanager
+    def activations(self) -> Iterator[None]:
+        """Inside the block, the mesh is set (``jax.set_mesh``) and the logical name ``batch``
+        laid on the batch's axes, so that the activations a `Repeat` passes between its blocks
+        are split like the batch (`nnx_core.with_batch_constraint`): over ``fsdp``, XLA then
+        gathers each block's weights instead of the batch. The train step is traced inside."""
+        axes = self.batch_spec()[0]
+        rules = {"batch": axes} if axes else {}
+        with jax.set_mesh(self.mesh), nnx.logical_axis_rules(rules):
+            yield
 
     def batch_parts(self) -> int:
         """How many parts the batch is split into."""

@@ -170,7 +170,7 @@ def train(
     parts = assemble(config)
     plan = make_plan(config, parts, choose_run_dir(config, run_dir, resume))
     layout = run_layout(config, mesh)
-    plan.mesh = None if layout is None else layout.mesh
+    plan.mesh, plan.layout = (None, None) if layout is None else (layout.mesh, layout)
     place = batch_placer(plan.mesh, plan.rows)
     main = jax.process_index() == 0
     if not main:  # (process 0 reports for all)
@@ -319,7 +319,10 @@ def _loop(
         fed = time.perf_counter()
         batch = place(plan.parts.data.batch(step - 1, plan.rows, section.seed))
         window.feeding += time.perf_counter() - fed
-        loss, values, bad = plan.steps.train(run.model, run.optimizer, batch, bad, np.int32(step))
+        with plan.stepping():
+            loss, values, bad = plan.steps.train(
+                run.model, run.optimizer, batch, bad, np.int32(step)
+            )
         run.step = step
         window.losses.append(loss)
         window.values.append(values)

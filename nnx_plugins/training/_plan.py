@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pathlib
 from typing import Any
@@ -50,6 +51,11 @@ class Plan:
     steps: Any = None
     mesh: Any = None
     make: Any = None  # builds (model, optimizer); one per run: its optimizer is in the graph
+    layout: Any = None  # where the arrays live over a mesh (None: one device)
+
+    def stepping(self) -> Any:
+        """The context the train step is traced and called in (`Layout.activations`)."""
+        return contextlib.nullcontext() if self.layout is None else self.layout.activations()
 
 
 def maker(plan: Plan) -> Any:
@@ -109,7 +115,8 @@ def measure_layout(plan: Plan, layout: Layout, *, allow_large: bool) -> DeviceMe
     section = plan.config.sections["train"]
     batch = plan.parts.data.batch(0, plan.rows, section.seed)
     sharding = NamedSharding(layout.mesh, layout.batch_spec())
-    compiled = compile_step(plan.steps, *abstract, batch_struct(batch, sharding))
+    with layout.activations():
+        compiled = compile_step(plan.steps, *abstract, batch_struct(batch, sharding))
     return measure_step(plan.config, memory, compiled, allow_large=allow_large)
 
 
