@@ -155,10 +155,9 @@ def with_batch_constraint(x: Any, *, name: str = "batch") -> Any:
         >>> import jax, jax.numpy as jnp, numpy as np
         >>> import nnx_core as nnx
         >>> mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
-        >>> def f(x):
-        ...     with jax.set_mesh(mesh), nnx.logical_axis_rules({"batch": "data"}):
-        ...         return nnx.with_batch_constraint(x)
-        >>> jax.make_jaxpr(f)(jnp.ones((4, 2))).eqns[0].params["sharding"].spec
+        >>> with jax.set_mesh(mesh), nnx.logical_axis_rules({"batch": "data"}):
+        ...     jaxpr = jax.make_jaxpr(nnx.with_batch_constraint)(jnp.ones((4, 2)))
+        >>> jaxpr.eqns[0].params["sharding"].spec
         P('data', None)
         >>> nnx.with_batch_constraint(jnp.ones(3)).shape  # no rule, no mesh: unchanged
         (3,)
