@@ -44,6 +44,7 @@ from ._graph_tools import variables as variables
 from ._kinds import set_variable_kind_resolver as set_variable_kind_resolver
 from ._list import List as List
 from ._logical import logical_axis_rules as logical_axis_rules
+from ._logical import with_batch_constraint as with_batch_constraint
 from ._logical import with_logical_constraint as with_logical_constraint
 from ._logical import with_partitioning as with_partitioning
 from ._module import M as M
@@ -253,6 +254,7 @@ __all__ = [
     "vmap",
     "while_loop",
     "with_attributes",
+    "with_batch_constraint",
     "with_logical_constraint",
     "with_metadata",
     "with_partitioning",

@@ -142,6 +142,39 @@ def with_logical_constraint(
     return jax.lax.with_sharding_constraint(value, sharding)
 
 
+def with_batch_constraint(x: Any, *, name: str = "batch") -> Any:
+    """Lay the first axis of every array of ``x`` out as the rules lay the logical ``name``
+    (``"batch"``), every other axis whole: an activation of data-parallel training.
+
+    It does nothing unless a rule for ``name`` (:func:`logical_axis_rules`) and a mesh
+    (``jax.set_mesh``) are in force, so a layer calls it unconditionally: a `Repeat` does
+    between its blocks, so that over a mesh that splits the parameters (fully sharded data
+    parallelism) XLA gathers each block's weights rather than the batch.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, numpy as np
+        >>> import nnx_core as nnx
+        >>> mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
+        >>> with jax.set_mesh(mesh), nnx.logical_axis_rules({"batch": "data"}):
+        ...     jaxpr = jax.make_jaxpr(nnx.with_batch_constraint)(jnp.ones((4, 2)))
+        >>> jaxpr.eqns[0].params["sharding"].spec
+        P('data', None)
+        >>> nnx.with_batch_constraint(jnp.ones(3)).shape  # no rule, no mesh: unchanged
+        (3,)
+    """
+    rules = _RULES.get()
+    if not rules or name not in rules or not jax.sharding.get_abstract_mesh().axis_names:
+        return x
+
+    def one(leaf: Any) -> Any:
+        ndim = getattr(leaf, "ndim", 0)
+        if not ndim:
+            return leaf
+        return with_logical_constraint(leaf, (name, *[None] * (ndim - 1)))
+
+    return jax.tree.map(one, x)
+
+
 def with_partitioning(initializer: F, sharding: Sequence[str | None], /, **metadata: Any) -> F:
     """Wrap ``initializer`` so that the Variables built from it carry ``sharding_names``.
 

@@ -28,7 +28,35 @@ def _arrays(tree: Any) -> Any:
 
 
 class OptState(Variable, kind="OptState"):
-    """A leaf of an optimizer's state (moments, counts, ...)."""
+    """A leaf of an optimizer's state (moments, counts, ...).
+
+    A leaf that mirrors a parameter (Adam's moments) carries that parameter's logical axis
+    names (``sharding_names``), so it is laid out on a mesh like the parameter.
+    """
+
+
+#: the metadata entries that name a Variable's axes (``out_sharding`` is flax.nnx's spelling)
+_NAME_KEYS = ("sharding_names", "out_sharding")
+
+
+def _leaf_names(tree: Any, params: State) -> list[dict[str, Any]]:
+    """For each leaf of an optimizer state: the axis names of the parameter it mirrors.
+
+    ``tx.init`` maps over the parameters' arrays (`_arrays`), so a per-parameter leaf sits at
+    the parameter's path under the state's own (``mu['kernel']``); it gets the parameter's
+    names where it has the parameter's shape (not a factored moment's rows and columns).
+    """
+    is_variable = lambda x: isinstance(x, Variable)  # noqa: E731
+    flatten = jax.tree_util.tree_flatten_with_path
+    found = {path: v for path, v in flatten(params, is_leaf=is_variable)[0]}
+    out: list[dict[str, Any]] = []
+    for path, leaf in flatten(tree)[0]:
+        mirrored = next((found[path[i:]] for i in range(len(path)) if path[i:] in found), None)
+        meta = {}
+        if mirrored is not None and jnp.shape(mirrored.value) == jnp.shape(leaf):
+            meta = {key: names for key in _NAME_KEYS if (names := mirrored.get_metadata(key, None))}
+        out.append(meta)
+    return out
 
 
 class Optimizer(Module):
@@ -61,9 +89,12 @@ class Optimizer(Module):
         self.tx = tx
         self.wrt = wrt
         self.step = OptState(jnp.zeros((), jnp.uint32))
-        params = _arrays(state(model, wrt))
-        leaves, treedef = jax.tree_util.tree_flatten(tx.init(params))
-        self.opt_state = [OptState(x) for x in leaves]
+        params = state(model, wrt)
+        initial = tx.init(_arrays(params))
+        leaves, treedef = jax.tree_util.tree_flatten(initial)
+        self.opt_state = [
+            OptState(x, **meta) for x, meta in zip(leaves, _leaf_names(initial, params))
+        ]
         self.opt_treedef = treedef
 
     def update(self, model: Module, grads: State, /, **kwargs: Any) -> None:

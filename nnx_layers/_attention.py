@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from nnx_core import Cache, Module, Rngs, RngStream
 
 from . import initializers
+from ._axis_names import EMBED, HEAD_DIM, HEADS, KV_HEADS, with_default_names
 from ._checks import (
     Dtype,
     PromoteDtypeFn,
@@ -288,12 +289,12 @@ class MultiHeadAttention(Module):
             promote_dtype=self.qkv_promote_dtype,
             dot_general=self.qkv_dot_general,
             dot_general_cls=self.qkv_dot_general_cls,
-            kernel_metadata=self.kernel_metadata,
-            bias_metadata=self.bias_metadata,
         )
-        self.query = LinearGeneral(width, (self.num_heads, self.head_dim), **project)
-        self.key = LinearGeneral(kv_width, (kv_heads, self.head_dim), **project)
-        self.value = LinearGeneral(kv_width, (kv_heads, self.head_dim), **project)
+        self.query = LinearGeneral(
+            width, (self.num_heads, self.head_dim), **project, **self._names(HEADS)
+        )
+        self.key = LinearGeneral(kv_width, (kv_heads, self.head_dim), **project, **self._names())
+        self.value = LinearGeneral(kv_width, (kv_heads, self.head_dim), **project, **self._names())
         self.query_ln: LayerNorm | None = None
         self.key_ln: LayerNorm | None = None
         if self.normalize_qk:
@@ -303,12 +304,10 @@ class MultiHeadAttention(Module):
                 param_dtype=self.param_dtype,
                 promote_dtype=self.ln_promote_dtype,
             )
-            self.query_ln = LayerNorm(
-                self.head_dim, **norm, scale_metadata=self.query_ln_scale_metadata, rngs=rngs
-            )
-            self.key_ln = LayerNorm(
-                self.head_dim, **norm, scale_metadata=self.key_ln_scale_metadata, rngs=rngs
-            )
+            query_scale = with_default_names(self.query_ln_scale_metadata, (HEAD_DIM,))
+            key_scale = with_default_names(self.key_ln_scale_metadata, (HEAD_DIM,))
+            self.query_ln = LayerNorm(self.head_dim, **norm, scale_metadata=query_scale, rngs=rngs)
+            self.key_ln = LayerNorm(self.head_dim, **norm, scale_metadata=key_scale, rngs=rngs)
         self.out = LinearGeneral(
             (self.num_heads, self.head_dim),
             out,
@@ -320,10 +319,21 @@ class MultiHeadAttention(Module):
                 promote_dtype=self.out_promote_dtype,
                 dot_general=self.out_dot_general,
                 dot_general_cls=self.out_dot_general_cls,
-                kernel_metadata=self.out_kernel_metadata or self.kernel_metadata,
-                bias_metadata=self.out_bias_metadata or self.bias_metadata,
+                kernel_metadata=with_default_names(
+                    self.out_kernel_metadata or self.kernel_metadata, (HEADS, HEAD_DIM, EMBED)
+                ),
+                bias_metadata=with_default_names(
+                    self.out_bias_metadata or self.bias_metadata, (EMBED,)
+                ),
             ),
         )
+
+    def _names(self, heads: str = KV_HEADS) -> dict[str, Any]:
+        """The metadata of a query (``heads``) or key/value projection, names by default."""
+        return {
+            "kernel_metadata": with_default_names(self.kernel_metadata, (EMBED, heads, HEAD_DIM)),
+            "bias_metadata": with_default_names(self.bias_metadata, (heads, HEAD_DIM)),
+        }
 
     def __call__(
         self,

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from nnx_core import Module, Param, Rngs
 
 from . import initializers
+from ._axis_names import CONV_IN, CONV_OUT, named_param
 from ._checks import (
     Dtype,
     PromoteDtypeFn,
@@ -251,13 +252,16 @@ class Conv(Module):
         self.bias_metadata = metadata(bias_metadata)
         kernel_shape = self.kernel_size + (in_features // feature_group_count, out_features)
         _check_mask("Conv", mask, kernel_shape)
-        self.kernel = Param(
-            kernel_init(rngs.params(), kernel_shape, param_dtype), **self.kernel_metadata
+        window: tuple[None, ...] = (None,) * len(self.kernel_size)
+        self.kernel = named_param(
+            kernel_init(rngs.params(), kernel_shape, param_dtype),
+            self.kernel_metadata,
+            (*window, CONV_IN, CONV_OUT),
         )
         self.bias: Param | None = None
         if use_bias:
             bias_value = bias_init(rngs.params(), (out_features,), param_dtype)
-            self.bias = Param(bias_value, **self.bias_metadata)
+            self.bias = named_param(bias_value, self.bias_metadata, (CONV_OUT,))
 
     def _check_config(self, rank: int) -> None:
         _per_axis("Conv", "strides", self.strides, rank)
@@ -437,13 +441,17 @@ class ConvTranspose(Module):
         features = (out_features, in_features) if transpose_kernel else (in_features, out_features)
         kernel_shape = self.kernel_size + features
         _check_mask("ConvTranspose", mask, kernel_shape)
-        self.kernel = Param(
-            kernel_init(rngs.params(), kernel_shape, param_dtype), **self.kernel_metadata
+        window: tuple[None, ...] = (None,) * len(self.kernel_size)
+        channels = (CONV_OUT, CONV_IN) if transpose_kernel else (CONV_IN, CONV_OUT)
+        self.kernel = named_param(
+            kernel_init(rngs.params(), kernel_shape, param_dtype),
+            self.kernel_metadata,
+            (*window, *channels),
         )
         self.bias: Param | None = None
         if use_bias:
             bias_value = bias_init(rngs.params(), (out_features,), param_dtype)
-            self.bias = Param(bias_value, **self.bias_metadata)
+            self.bias = named_param(bias_value, self.bias_metadata, (CONV_OUT,))
 
     def __call__(self, inputs: jax.Array) -> jax.Array:
         """Apply the transposed convolution to ``(batch..., *spatial, in_features)``."""

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from nnx_core import Module, Param, Rngs
 
 from . import initializers
+from ._axis_names import dense_names, named_param
 from ._checks import (
     Dtype,
     PromoteDtypeFn,
@@ -81,6 +82,21 @@ def parse_equation(equation: str) -> Terms:
 
 def _letters(term: str) -> int:
     return len(term.replace("...", ""))
+
+
+def _kernel_names(terms: Terms, kernel_shape: tuple[int, ...]) -> tuple[str | None, ...]:
+    """The kernel's default axis names: its first contracted axis (in the input, not the output)
+    and its first output axis (not in the input) named as `dense_names` names a Linear's."""
+    if "..." in terms.rhs:
+        return (None,) * len(kernel_shape)
+    contracted = [i for i, a in enumerate(terms.rhs) if a in terms.lhs and a not in terms.out]
+    produced = [i for i, a in enumerate(terms.rhs) if a in terms.out and a not in terms.lhs]
+    sizes = [math.prod(kernel_shape[i] for i in axes) for axes in (contracted, produced)]
+    names: list[str | None] = [None] * len(kernel_shape)
+    for axes, name in zip((contracted, produced), dense_names(*sizes)):
+        if axes:
+            names[axes[0]] = name
+    return tuple(names)
 
 
 def check_kernel(equation: str, rhs: str, kernel_shape: tuple[int, ...]) -> None:
@@ -253,10 +269,12 @@ class Einsum(Module):
         self.preferred_element_type = preferred_element_type
         self.kernel_metadata = metadata(kernel_metadata)
         self.bias_metadata = metadata(bias_metadata)
-        self.kernel = Param(kernel_init(rngs.params(), kernel, param_dtype), **self.kernel_metadata)
+        value = kernel_init(rngs.params(), kernel, param_dtype)
+        self.kernel = named_param(value, self.kernel_metadata, _kernel_names(terms, kernel))
         self.bias: Param | None = None
         if bias is not None:
-            self.bias = Param(bias_init(rngs.params(), bias, param_dtype), **self.bias_metadata)
+            value = bias_init(rngs.params(), bias, param_dtype)
+            self.bias = named_param(value, self.bias_metadata, (None,) * len(bias))
 
     def __call__(
         self, inputs: jax.Array, einsum_str: str | None = None, out_sharding: Any = None

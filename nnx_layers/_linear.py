@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from nnx_core import Module, Param, Rngs
 
 from . import initializers
+from ._axis_names import EMBED, VOCAB, dense_names, named_param
 from ._checks import (
     Dtype,
     PromoteDtypeFn,
@@ -99,11 +100,12 @@ class Linear(Module):
         self.kernel_metadata = metadata(kernel_metadata)
         self.bias_metadata = metadata(bias_metadata)
         kernel_value = kernel_init(rngs.params(), (in_features, out_features), param_dtype)
-        self.kernel = Param(kernel_value, **self.kernel_metadata)
+        names = dense_names(self.in_features, self.out_features)
+        self.kernel = named_param(kernel_value, self.kernel_metadata, names)
         self.bias: Param | None = None
         if use_bias:
             bias_value = bias_init(rngs.params(), (out_features,), param_dtype)
-            self.bias = Param(bias_value, **self.bias_metadata)
+            self.bias = named_param(bias_value, self.bias_metadata, names[1:])
 
     def __call__(self, inputs: jax.Array, out_sharding: Any = None) -> jax.Array:
         """Apply the layer to ``inputs`` of shape ``(..., in_features)``.
@@ -185,7 +187,7 @@ class Embed(Module):
         self.promote_dtype = promote_dtype
         self.embedding_metadata = metadata(embedding_metadata)
         value = embedding_init(rngs.params(), (num_embeddings, features), param_dtype)
-        self.embedding = Param(value, **self.embedding_metadata)
+        self.embedding = named_param(value, self.embedding_metadata, (VOCAB, EMBED))
 
     def __call__(self, inputs: jax.Array, out_sharding: Any = None) -> jax.Array:
         """Look up the rows ``inputs`` (any integer array) -> shape ``inputs.shape + (features,)``.

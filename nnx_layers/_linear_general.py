@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from nnx_core import Module, Param, Rngs
 
 from . import initializers
+from ._axis_names import general_names, named_param
 from ._checks import (
     Dtype,
     PromoteDtypeFn,
@@ -182,13 +183,14 @@ class LinearGeneral(Module):
         kernel_shape = (*batch_shape, *in_shape, *out_shape)
         split = len(batch_shape) + len(in_shape)
         kernel = _flat_init(kernel_init, rngs.params(), kernel_shape, split, param_dtype)
-        self.kernel = Param(kernel, **self.kernel_metadata)
+        kernel_names, bias_names = general_names(in_shape, out_shape, len(batch_shape))
+        self.kernel = named_param(kernel, self.kernel_metadata, kernel_names)
         self.bias: Param | None = None
         if use_bias:
             bias_shape = (*batch_shape, *out_shape)
             flat = bias_init(rngs.params(), (math.prod(bias_shape),), param_dtype)
             bias = jnp.reshape(flat, bias_shape)
-            self.bias = Param(bias, **self.bias_metadata)
+            self.bias = named_param(bias, self.bias_metadata, bias_names)
 
     def __call__(self, inputs: jax.Array, out_sharding: Any = None) -> jax.Array:
         """Contract ``inputs``' axes ``axis``; the output ends with ``out_features``.

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from nnx_core import Module, Param, Rngs, Variable, variable_name, variable_type
 
 from . import initializers
+from ._axis_names import dense_names, named_variable
 from ._checks import (
     Dtype,
     PromoteDtypeFn,
@@ -153,8 +154,9 @@ class LoRA(Module):
         self.b_metadata = metadata(b_metadata)
         a = a_initializer(rngs.params(), (self.in_features, self.lora_rank), param_dtype)
         b = b_initializer(rngs.params(), (self.lora_rank, self.out_features), param_dtype)
-        self.lora_a = kind(a, **self.a_metadata)
-        self.lora_b = kind(b, **self.b_metadata)
+        first, last = dense_names(self.in_features, self.out_features)
+        self.lora_a = named_variable(kind, a, self.a_metadata, (first, None))
+        self.lora_b = named_variable(kind, b, self.b_metadata, (None, last))
 
     def __call__(self, inputs: jax.Array, **kwargs: Any) -> jax.Array:
         """Return ``inputs @ lora_a @ lora_b`` (plus ``base_module(inputs, **kwargs)``)."""

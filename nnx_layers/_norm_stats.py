@@ -14,6 +14,8 @@ import jax.numpy as jnp
 
 from nnx_core import Param, Rngs
 
+from ._axis_names import feature_names, named_param
+
 __all__ = ["affine_params", "check_epsilon", "mean_square", "moments", "normalize", "param_value"]
 
 
@@ -101,14 +103,16 @@ def param_value(variable: Any) -> jax.Array | None:
 def affine_params(
     module: Any, rngs: Rngs, shape: tuple[int, ...], *, use_bias: bool, use_scale: bool
 ) -> tuple[Param | None, Param | None]:
-    """Create the ``(scale, bias)`` Params (``None`` when disabled) with their metadata."""
+    """Create the ``(scale, bias)`` Params (``None`` when disabled) with their metadata (the
+    feature axis named ``embed`` by default)."""
     scale = bias = None
+    names = feature_names(len(shape))
     if use_scale:
         value = module.scale_init(rngs.params(), shape, module.param_dtype)
-        scale = Param(value, **module.scale_metadata)
+        scale = named_param(value, module.scale_metadata, names)
     if use_bias:
         value = module.bias_init(rngs.params(), shape, module.param_dtype)
-        bias = Param(value, **module.bias_metadata)
+        bias = named_param(value, module.bias_metadata, names)
     return scale, bias
 
 

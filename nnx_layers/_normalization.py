@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from nnx_core import BatchStat, Module, Param, Rngs
 
 from . import initializers
+from ._axis_names import EMBED, named_param
 from ._checks import (
     Dtype,
     PromoteDtypeFn,
@@ -140,8 +141,8 @@ class BatchNorm(Module):
         self.bias_metadata = metadata(bias_metadata)
         self.scale_metadata = metadata(scale_metadata)
         shape = (num_features,)
-        self.mean = BatchStat(jnp.zeros(shape, jnp.float32))
-        self.var = BatchStat(jnp.ones(shape, jnp.float32))
+        self.mean = BatchStat(jnp.zeros(shape, jnp.float32), sharding_names=(EMBED,))
+        self.var = BatchStat(jnp.ones(shape, jnp.float32), sharding_names=(EMBED,))
         self.scale, self.bias = affine_params(
             self, rngs, shape, use_bias=use_bias, use_scale=use_scale
         )
@@ -364,7 +365,7 @@ class RMSNorm(Module):
         self.scale: Param | None = None
         if use_scale:
             value = scale_init(rngs.params(), (num_features,), param_dtype)
-            self.scale = Param(value, **self.scale_metadata)
+            self.scale = named_param(value, self.scale_metadata, (EMBED,))
 
     def __call__(self, x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
         """Normalize ``x``; ``mask`` excludes entries from the mean square."""

@@ -7,9 +7,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from nnx_core import Cache, Module, Param, Rngs
+from nnx_core import Cache, Module, Rngs
 
 from . import initializers
+from ._axis_names import EMBED, named_param
 from ._checks import (
     Dtype,
     as_input,
@@ -100,7 +101,7 @@ class PositionEmbed(Module):
         self.decode = decode
         self.embedding_metadata = metadata(embedding_metadata)
         value = embedding_init(rngs.params(), (self.max_length, self.features), param_dtype)
-        self.embedding = Param(value, **self.embedding_metadata)
+        self.embedding = named_param(value, self.embedding_metadata, (None, EMBED))
         self.cache_index: Cache | None = None
 
     def __call__(self, inputs: jax.Array, *, decode: bool | None = None) -> jax.Array:

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from nnx_core import Module, Rngs, split_rngs, vmap
 
+from ._axis_names import LAYERS
 from ._checks import check_positive_int, check_sequence_shape
 from ._constraints import Size
 from ._repeat_scan import check_carry, scan_layers
@@ -61,9 +62,10 @@ class Repeat(Module):
         remat: recompute each block's activations in the backward pass instead of keeping them
             for all blocks (``jax.checkpoint``), trading compute for memory.
         unroll: how many blocks one iteration of the compiled loop runs.
-        sharding_name: the logical name of the block axis, put in front of the axis names
-            (``sharding_names``) of the Variables that have them; ``None`` leaves that axis
-            unsharded.
+        sharding_name: the logical name of the block axis (``"layers"``), put in front of the
+            axis names (``sharding_names``) of the Variables that have them; ``None`` leaves that
+            axis unnamed. The default sharding rules keep it whole on every device (the scan
+            takes one block at a time).
 
     Raises:
         ValueError: ``count`` or ``unroll`` is not a positive integer; at call time, a block
@@ -91,7 +93,7 @@ class Repeat(Module):
         rngs: Rngs,
         remat: bool = False,
         unroll: Size = 1,
-        sharding_name: str | None = None,
+        sharding_name: str | None = LAYERS,
     ):
         count = check_positive_int("Repeat", "count", count)
         if isinstance(block, Module) or not callable(block):
@@ -209,7 +211,7 @@ class Repeat(Module):
         *,
         remat: bool = False,
         unroll: int = 1,
-        sharding_name: str | None = None,
+        sharding_name: str | None = LAYERS,
     ) -> "Repeat":
         """A `Repeat` of ``layers`` (built Modules of one structure), their values stacked.
 

@@ -24,9 +24,11 @@ from nnx_core import (
     split,
     state,
     update,
+    with_batch_constraint,
 )
 
-from ._repeat_stack import NAME_KEYS, has_layer_axis
+from ._axis_names import NAME_KEYS
+from ._repeat_stack import has_layer_axis
 
 __all__ = ["scan_layers"]
 
@@ -120,7 +122,11 @@ class _Body:
         flat = list(self.flat)
         for k, i in enumerate(self.at):
             flat[i] = roots[k + 1]
+        # (the activations between blocks split over the batch's mesh axes, when a mesh and a
+        # rule for "batch" are in force: XLA then gathers each block's weights, not the batch)
+        value = with_batch_constraint(value)
         new_value, output = self.step(roots[0], value, self.treedef.unflatten(flat))
+        new_value = with_batch_constraint(new_value)
         for variable, key, names in renamed:
             variable.set_metadata(key, names)
         out_graphdef, out = split(roots)

@@ -13,17 +13,15 @@ import jax.numpy as jnp
 
 from nnx_core import Module, State, Variable, format_path, graphdef, iter_graph, merge, state
 
+from ._axis_names import NAME_KEYS
+
 __all__ = [
-    "NAME_KEYS",
     "has_layer_axis",
     "add_layer_axis",
     "first_difference",
     "stack_layers",
     "unstack_layers",
 ]
-
-#: the metadata entries that name a Variable's axes (``out_sharding`` is flax.nnx's spelling)
-NAME_KEYS = ("sharding_names", "out_sharding")
 
 
 def add_layer_axis(block: Module, name: str | None) -> None:

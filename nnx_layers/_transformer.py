@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from nnx_core import Cache, Module, Rngs
 
 from . import initializers
+from ._axis_names import names_given
 from ._checks import Dtype, as_input, check_positive_int, check_sequence_shape
 from ._constraints import Count, NonNegative, Positive, Size
 from ._dot_product_attention import dot_product_attention
@@ -93,15 +94,18 @@ def _project(linear: Linear, x: jax.Array, scale: float) -> jax.Array:
 
 
 def name_axes(module: Any, names: dict[str, tuple[Any, ...]]) -> None:
-    """Give ``module``'s Variables named in ``names`` those logical axis names, unless they
-    have some already (a config's ``*_metadata`` wins)."""
+    """Give ``module``'s Variables named in ``names`` those logical axis names (over the
+    layer's own defaults, e.g. a head `Linear`'s ``(embed, mlp)``), unless the config's
+    ``*_metadata`` names them (it wins)."""
     if module is None:
         return
     for attribute, axes in names.items():
         variable = getattr(module, attribute, None)
-        if variable is not None and not variable.has_metadata("sharding_names"):
-            if len(axes) == variable.ndim:
-                variable.set_metadata(sharding_names=axes)
+        given = getattr(module, f"{attribute}_metadata", None) or {}
+        if variable is None or names_given(given) or variable.has_metadata("out_sharding"):
+            continue
+        if len(axes) == variable.ndim:
+            variable.set_metadata(sharding_names=axes)
 
 
 def norm_axes(norm: Any) -> None:

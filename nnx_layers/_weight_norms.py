@@ -28,6 +28,7 @@ from nnx_core import (
 )
 
 from . import initializers
+from ._axis_names import named_param
 from ._checks import Dtype, PromoteDtypeFn, canonical_axes, frozen, promote_dtype
 from ._constraints import Count, NonNegative
 from ._norm_stats import check_epsilon
@@ -136,7 +137,11 @@ class WeightNorm(Module):
         self.scales: dict[Path, Param] | None = None
         if use_scale:
             self.scales = {
-                path: Param(scale_init(rngs.params(), self._scale_shape(path, param), param_dtype))
+                path: named_param(
+                    scale_init(rngs.params(), self._scale_shape(path, param), param_dtype),
+                    {},
+                    self._scale_names(path, param),
+                )
                 for path, param in self._selected()
             }
 
@@ -154,6 +159,14 @@ class WeightNorm(Module):
     def _scale_shape(self, path: tuple[Any, ...], param: Param) -> tuple[int, ...]:
         shape = param.value.shape
         return tuple(shape[a] for a in self._feature_axes(path, len(shape)))
+
+    def _scale_names(self, path: tuple[Any, ...], param: Param) -> tuple[Any, ...]:
+        """The scale's axis names: those of the weight's feature axes."""
+        names = param.get_metadata("sharding_names", None)
+        axes = self._feature_axes(path, param.value.ndim)
+        if names is None or len(names) != param.value.ndim:
+            return (None,) * len(axes)
+        return tuple(names[a] for a in axes)
 
     def _normalized(self, path: tuple[Any, ...], param: Param) -> jax.Array:
         value = param.value

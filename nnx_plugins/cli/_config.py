@@ -21,6 +21,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from .._errors import NnxError
 from ..config._errors import ConfigError
 from ._output import add_command, console, fail, report, table
 
@@ -146,7 +147,7 @@ def _build(args: argparse.Namespace) -> int:
     from ..config._summary import summarize  # (here: the listing commands stay light)
     from ..training._config import load_train_config  # (here: the listing commands stay light)
 
-    given = one_file(args, "build FILE [KEY=VALUE...] [--summary]")
+    given = one_file(args, "build FILE [KEY=VALUE...] [--summary] [--mesh ...]")
     if given is None:
         return 2
     try:
@@ -164,6 +165,8 @@ def _build(args: argparse.Namespace) -> int:
         f"total: {summary.total_count:,} values, {_human(summary.total_bytes)} "
         f"({summary.total_bytes:,} bytes)"
     )
+    if args.mesh is not None or "mesh" in loaded.sections:
+        return _device_memory(config, args, with_step="data" in loaded.sections)
     return _memory(config, summary.state, allow_large=args.allow_large)
 
 
@@ -207,6 +210,39 @@ def _print_summary(screen: Any, name: str, summary: Any, outputs: Any) -> None:
         )
     kinds = [(kind, f"{c:,}", _human(b)) for kind, (c, b) in sorted(summary.by_kind.items())]
     screen.print(table("per Variable kind", ("Kind", "Count", "Bytes"), kinds))
+
+
+def _device_memory(config: Any, args: argparse.Namespace, *, with_step: bool) -> int:
+    """Per device: the parameters, the optimizer state, and (with data) the train step's peak."""
+    from ..training import _device_memory as device  # (here: the listing commands stay light)
+    from ..training import _memory_report as planned  # (here: the listing commands stay light)
+    from ..training._mesh import parse_mesh, run_layout  # (here: listing stays light)
+    from ..training._run_dir import RunError  # (here: the listing commands stay light)
+
+    try:
+        layout = run_layout(config, None if args.mesh is None else parse_mesh(args.mesh))
+        measure = planned.layout_step_memory if with_step else planned.layout_memory
+        memory = measure(config, layout, allow_large=True)
+    except RunError as error:
+        return fail(str(error))
+    except NnxError as error:
+        report(str(error))
+        return 1
+    console().print(
+        table(
+            f"per device ({memory.mesh}, {memory.devices} devices)",
+            ("", "Each device", f"All {memory.devices}"),
+            device.memory_rows(memory),
+        )
+    )
+    if not with_step:
+        console().print("train step peak: not compiled (give the config a data section)")
+    try:
+        device.check_device_memory(memory, config, allow_large=args.allow_large)
+    except ConfigError as error:
+        report(str(error))
+        return 1
+    return 0
 
 
 def _memory(config: Any, state: Any, *, allow_large: bool) -> int:
@@ -286,6 +322,13 @@ def add_commands(subparsers: Any) -> None:
         "the totals per Variable kind",
     )
     _add_input_options(build)
+    build.add_argument(
+        "--mesh",
+        metavar="data=N,fsdp=F,model=M",
+        default=None,
+        help="what each device of this mesh holds: parameters, optimizer state and the "
+        "compiled train step's peak (replaces the config's mesh section)",
+    )
     build.add_argument(
         "--allow-large",
         action="store_true",

@@ -128,8 +128,9 @@ def plugin_warnings_as_lines() -> Iterator[None]:
     warning: ...`` lines (no source line).
 
     They always show (once per distribution, as the registry emits them), whatever the Python
-    warning filters say: ``NNX_STRICT_PLUGINS=1`` is how they become errors. Other warnings
-    keep Python's format.
+    warning filters say: ``NNX_STRICT_PLUGINS=1`` is how they become errors. nnx's own
+    warnings (`NnxWarning`) print as ``nnx: warning: ...`` too; other warnings keep Python's
+    format.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("default", PluginWarning)

@@ -226,9 +226,11 @@ def add_commands(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--mesh",
-        metavar="data=N[,model=M]",
+        metavar="data=N,fsdp=F,model=M",
         default=None,
-        help="data-parallel (and model-sharded) training over N*M devices",
+        help="train over N*F*M devices: the batch split over data and fsdp, the parameters "
+        "and optimizer state over fsdp, attention heads and MLPs over model (replaces the "
+        "config's mesh section)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(

@@ -38,7 +38,6 @@ import os
 import pathlib
 import sys
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -53,12 +52,13 @@ from ._collectives import sync
 from ._compile_cache import with_compile_cache
 from ._config import check_data_path, load_train_config
 from ._contracts import check_parts
+from ._device_memory import memory_line
 from ._evaluation import eval_batch_size, evaluate_model, evaluation_line
-from ._mesh import batch_placer, make_mesh
-from ._plan import Plan, make_plan, setup, steps_of
+from ._mesh import batch_placer, first_bad_step, run_layout
+from ._plan import Plan, make_plan, measure_layout, setup, steps_of
 from ._plot import plot_metrics
 from ._precision import model_config
-from ._preflight import preflight
+from ._preflight import check_on_data, preflight
 from ._progress import Progress
 from ._run import Run
 from ._run_dir import RunError, RunLock, check_new_run, choose_run_dir
@@ -141,16 +141,20 @@ def train(
         run_dir: where logs, the plot and checkpoints go (default ``runs/<config name>``, or
             ``runs/<config name>-N`` when that already holds another run's checkpoints).
         resume: continue from the newest checkpoint in the run's checkpoint directory.
-        mesh: a `jax.sharding.Mesh` with a ``data`` axis (and optionally ``model``), or a
-            mapping such as ``{"data": 8}``; the batch is sharded over ``data`` and each Variable
-            by its ``sharding_names`` where they name a mesh axis. With several processes the
-            default is ``{"data": jax.device_count()}``.
+        mesh: the axis sizes, e.g. ``{"fsdp": 8}`` or ``{"data": 2, "fsdp": 2, "model": 2}``
+            (the axes ``data``, ``fsdp``, ``model``), or a `jax.sharding.Mesh`; default: the
+            config's ``mesh`` section, else one device (several processes: ``data`` over all
+            devices). The batch is split over ``data`` and ``fsdp``, every Variable as its
+            logical axis names and the config's ``sharding_rules`` say (docs/multi-device.md);
+            the model and optimizer are created directly sharded, and what each device holds
+            is printed, and checked against its memory, before the first step.
         progress: show a progress bar (process 0 only).
         console: a `rich.console.Console` for the evaluation and resume lines; by default
             stdout while the progress bar is shown, and nowhere when ``progress=False``.
         stop_at: stop after this step (as a preempted job would), checkpointing it.
         allow_large: train even when the memory estimate (Variables, gradients and optimizer
-            state, from an abstract build) exceeds the memory available.
+            state, from an abstract build; over a mesh, each device's share and the compiled
+            step's peak) exceeds the memory available.
         compile_cache: keep the compiled programs on disk and load those a run compiled
             before (``NNX_CACHE_DIR``; see `nnx_plugins.training._compile_cache`).
 
@@ -160,39 +164,42 @@ def train(
     Raises:
         ConfigError: the config is invalid; a layer cannot take its input or the output does
             not fit the task (reported at the layer); a metric the task cannot feed; a value
-            a callback watches that the run does not report; or the run needs more memory
-            than is available and ``allow_large`` is False.
+            a callback watches that the run does not report; a parameter the sharding rules
+            cannot split (its path, shape and the mesh axis named) or rules that conflict; or
+            the run needs more memory than is available and ``allow_large`` is False.
         DataError: the data cannot be read or does not fit the task (located at ``data``).
         CheckpointError: ``resume`` found a checkpoint that does not fit (the model, or the
             data: e.g. another character vocabulary).
         TrainingDivergedError: the loss became NaN or infinite (the step and the last
             checkpoint named).
         RunError: ``run_dir`` is a file, holds checkpoints but ``resume`` is False, is used by
-            another run, cannot be written (a full disk, no permission); or the ``mesh`` does
-            not fit the devices (of every process) or the batch.
+            another run, cannot be written (a full disk, no permission); or the ``mesh`` names
+            an unknown axis, does not fit the devices (of every process) or the batch.
     """
     started = time.perf_counter()
     config = load_train_config(config)
     check_data_path(config)
     parts = assemble(config)
     plan = make_plan(config, parts, choose_run_dir(config, run_dir, resume))
-    if mesh is None and jax.process_count() > 1:  # (several processes: one data-parallel mesh)
-        mesh = {"data": jax.device_count()}
-    if isinstance(mesh, Mapping):
-        mesh = make_mesh(mesh)
-    place = batch_placer(mesh, plan.rows)
-    plan.mesh = mesh
+    layout = run_layout(config, mesh)
+    plan.mesh, plan.layout = (None, None) if layout is None else (layout.mesh, layout)
+    place = batch_placer(plan.mesh, plan.rows)
     main = jax.process_index() == 0
     if not main:  # (process 0 reports for all)
         progress, console = False, None
-    check = preflight(model_config(config), parts.info, parts.task, allow_large=allow_large)
+    if layout is None:
+        check = preflight(model_config(config), parts.info, parts.task, allow_large=allow_large)
+    else:  # (the memory: each device's share, by measure_layout below)
+        check = check_on_data(model_config(config), parts.info, parts.task)
     check_parts(config, parts, check.output)
     plan.steps = steps_of(plan)
+    if layout is not None:  # (each device's share, the step's peak: before anything is allocated)
+        memory = measure_layout(plan, layout, allow_large=allow_large)
     with RunLock(plan.run_dir) if main else contextlib.nullcontext():
         sync("nnx-run-directory")  # (the others wait until process 0 holds the directory)
         check_new_run(plan.run_dir, plan.ckpt_dir, resume)
         _save_resolved_config(config, plan.run_dir, main)
-        model, optimizer = setup(plan, mesh)
+        model, optimizer = setup(plan, layout)
         run = Run(
             config,
             plan.run_dir,
@@ -208,6 +215,8 @@ def train(
             parts.call(callback, "start", run)
         with Progress(progress, plan.total, 0, console) as bar:
             run.printer = bar.print
+            if layout is not None:
+                bar.print(memory_line(memory))
             start = resume_run(plan, run, bar) if resume else 0
             run.step = start
             # (a checkpoint past stop_at or the total, or a run a callback ended: nothing left)
@@ -365,13 +374,16 @@ def _loop(
     loggers, bar = out
     section = plan.config.sections["train"]
     checkpoint = latest_checkpoint(plan.ckpt_dir)
-    window, bad = _Window(), jax.numpy.int32(0)
+    window, bad = _Window(), first_bad_step(plan.mesh)
     run.model.train()
     for step in range(span[0] + 1, span[1] + 1):
         fed = time.perf_counter()
         batch = place(plan.parts.train_batch(step - 1, plan.rows, section.seed))
         window.feeding += time.perf_counter() - fed
-        loss, values, bad = plan.steps.train(run.model, run.optimizer, batch, bad, np.int32(step))
+        with plan.stepping():
+            loss, values, bad = plan.steps.train(
+                run.model, run.optimizer, batch, bad, np.int32(step)
+            )
         run.step = step
         window.losses.append(loss)
         window.values.append(values)

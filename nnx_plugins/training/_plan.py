@@ -18,24 +18,24 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pathlib
 from typing import Any
 
 import numpy as np
-
-import nnx_core as nnx
+from jax.sharding import NamedSharding
 
 from .._errors import NnxError
-from ..config._build import build
 from ._assembly import Parts, config_error, located_data_error
-from ._memory import trainable_kinds
-from ._mesh import replicate_unplaced, shard_over
-from ._precision import model_config
+from ._device_memory import DeviceMemory
+from ._layout import Layout
+from ._preflight import batch_struct, compile_step, measure_step, plan_layout
+from ._sharded import constructor, create_sharded
 from ._steps import make_steps
 from .data._base import DataError
 
-__all__ = ["Plan", "make_plan", "setup", "steps_of", "call"]
+__all__ = ["Plan", "make_plan", "maker", "setup", "measure_layout", "steps_of"]
 
 
 @dataclasses.dataclass
@@ -52,6 +52,21 @@ class Plan:
     rows: int  # rows per update: batch_size * accumulate_steps
     steps: Any = None
     mesh: Any = None
+    make: Any = None  # builds (model, optimizer); one per run: its optimizer is in the graph
+    layout: Any = None  # where the arrays live over a mesh (None: one device)
+
+    def stepping(self) -> Any:
+        """The context the train step is traced and called in (`Layout.activations`)."""
+        return contextlib.nullcontext() if self.layout is None else self.layout.activations()
+
+
+def maker(plan: Plan) -> Any:
+    """The run's constructor of ``(model, optimizer)``, made once (`constructor`): the abstract
+    layout, the compiled step and the model then share one optimizer transformation, so the
+    step compiled for the layout is the step the run calls."""
+    if plan.make is None:
+        plan.make = constructor(plan.config)
+    return plan.make
 
 
 def _steps_per_epoch(parts: Parts, rows: int) -> int:
@@ -128,16 +143,32 @@ def make_plan(config: Any, parts: Parts, run_dir: pathlib.Path) -> Plan:
     )
 
 
-def setup(plan: Plan, mesh: Any) -> tuple[Any, Any]:
-    sections = plan.config.sections
-    model = build(model_config(plan.config), rngs=nnx.Rngs(sections["train"].seed))
-    if mesh is not None:
-        shard_over(model, mesh)
-    kinds = trainable_kinds(sections["optimizer"].trainable)
-    optimizer = nnx.Optimizer(model, sections["optimizer"].make(), wrt=kinds)
-    if mesh is not None:
-        replicate_unplaced(optimizer, mesh)
+def setup(plan: Plan, layout: Layout | None) -> tuple[Any, Any]:
+    """The run's model and optimizer: built on the default device, or, over a mesh, created
+    directly sharded as ``layout`` says (`create_sharded`)."""
+    make = maker(plan)
+    if layout is None:
+        return make()
+    model, optimizer = create_sharded(make, layout)
     return model, optimizer
+
+
+def measure_layout(plan: Plan, layout: Layout, *, allow_large: bool) -> DeviceMemory:
+    """Before a run over a mesh allocates anything: lay its model and optimizer out abstractly,
+    compile its train step for that layout, and refuse it if a device cannot hold its share
+    (`plan_layout`, `measure_step`).
+
+    Raises:
+        ConfigError: a Variable cannot be laid out, or the run does not fit (unless
+            ``allow_large``).
+    """
+    abstract, memory = plan_layout(plan.config, layout, maker(plan), allow_large=allow_large)
+    section = plan.config.sections["train"]
+    batch = plan.parts.data.batch(0, plan.rows, section.seed)
+    sharding = NamedSharding(layout.mesh, layout.batch_spec())
+    with layout.activations():
+        compiled = compile_step(plan.steps, *abstract, batch_struct(batch, sharding))
+    return measure_step(plan.config, memory, compiled, allow_large=allow_large)
 
 
 def steps_of(plan: Plan) -> Any:
@@ -155,8 +186,3 @@ def steps_of(plan: Plan) -> Any:
         accumulate=sections["optimizer"].accumulate_steps,
         key=key,
     )
-
-
-def call(part: Any, method: str, *args: Any) -> Any:
-    hook = getattr(part, method, None)
-    return hook(*args) if callable(hook) else None

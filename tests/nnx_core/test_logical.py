@@ -57,7 +57,8 @@ def test_with_partitioning_names_a_layer_s_kernel():
     assert layer.kernel.metadata == {"sharding_names": ("embed", "mlp"), "note": "k"}
     with nnx.logical_axis_rules({"embed": "data"}):
         specs = nnx.get_partition_spec(nnx.state(layer))
-    assert specs["kernel"].value == P("data", "mlp") and specs["bias"].value == P()
+    # (the bias of a narrowing Linear is named embed by default)
+    assert specs["kernel"].value == P("data", "mlp") and specs["bias"].value == P("data")
 
 
 def test_with_partitioning_needs_one_name_per_dimension():
@@ -114,3 +115,16 @@ def test_with_logical_constraint_shards_over_four_devices():
     """)
     out = run_in_devices(code, 4)  # (4 CPU devices, wherever jax would pick an accelerator)
     assert out.split() == ["P('data',)", "4", "(2,", "3)"]
+
+
+def test_with_batch_constraint_needs_a_batch_rule_and_a_mesh():
+    x = {"a": jnp.ones((4, 3, 2)), "n": jnp.int32(1)}
+    assert nnx.with_batch_constraint(x) is x  # nothing in force
+    with jax.set_mesh(MESH), nnx.logical_axis_rules({"embed": "data"}):
+        assert nnx.with_batch_constraint(x) is x  # no rule for batch
+    with nnx.logical_axis_rules({"batch": "data"}):
+        assert nnx.with_batch_constraint(x) is x  # no mesh
+    with jax.set_mesh(MESH), nnx.logical_axis_rules({"batch": "data"}):
+        jaxpr = jax.make_jaxpr(nnx.with_batch_constraint)(x)
+    specs = [e.params["sharding"].spec for e in jaxpr.eqns if "sharding" in e.params]
+    assert specs == [P("data", None, None)]  # (the scalar left alone)

@@ -327,7 +327,7 @@ class Named(nnx.Module):
 def test_sharding_names_gain_the_block_axis_and_inside_the_loop_a_block_sees_its_own(name):
     model = Repeat(lambda rngs: Named(rngs=rngs), 3, rngs=Rngs(0), sharding_name=name)
     assert model.block.lin.kernel.sharding_names == (name, "embed", "mlp")
-    assert model.block.lin.bias.get_metadata("sharding_names", None) is None
+    assert model.block.lin.bias.sharding_names == (name, "mlp")  # (Linear's default names)
     spec = nnx.get_partition_spec(nnx.state(model), rules={"layers": "stage", "mlp": "model"})
     assert spec["block"]["lin"]["kernel"].value == jax.sharding.PartitionSpec(
         "stage" if name else None, "embed", "model"

@@ -121,7 +121,11 @@ def test_from_layers_names_a_variable_of_another_kind_or_dtype():
 def test_from_layers_names_different_metadata():
     named = Pair(rngs=Rngs(1))
     named.lin.kernel.set_metadata(sharding_names=("a", "b"))
-    with pytest.raises(ValueError, match=r"lin.kernel has metadata \{\} in layers\[0\] and"):
+    with pytest.raises(
+        ValueError,
+        match=r"lin.kernel has metadata \{'sharding_names': \('embed', 'mlp'\)\} in layers\[0\] "
+        r"and \{'sharding_names': \('a', 'b'\)\} in layers\[1\]",
+    ):
         Repeat.from_layers([Pair(rngs=Rngs(0)), named])
 
 

@@ -70,7 +70,8 @@ def test_an_unknown_top_level_section_is_an_error_naming_the_known_ones(tmp_path
     messages = [str(p) for p in info.value.problems]
     assert messages[0].endswith(
         "m.yaml:2:1: defaults: unknown section 'defaults'. Known sections: callbacks, checkpoint, "
-        "data, loggers, metrics, model, optimizer, plugins, task, tokenizer, train."
+        "data, loggers, mesh, metrics, model, optimizer, plugins, sharding_rules, task, tokenizer, "
+        "train."
     )
     assert "m.yaml:3:1: trian: unknown section 'trian'. Did you mean 'train'?" in messages[1]
 

@@ -1,33 +1,94 @@
-"""The --mesh grammar and the device mesh (multi-device runs: tests/nnx_plugins/training/test_loop.py)."""
+"""The --mesh grammar and the device mesh (multi-device runs: test_layouts.py, test_loop.py)."""
 
+import jax
+import numpy as np
 import pytest
 
-from nnx_plugins.training._mesh import make_mesh, parse_mesh
+from nnx_plugins.training._mesh import (
+    batch_placer,
+    check_axes,
+    first_bad_step,
+    make_mesh,
+    mesh_text,
+    parse_mesh,
+)
 
 
 def test_parse_and_make_mesh():
     assert parse_mesh("data=1") == {"data": 1}
     assert parse_mesh("data=4, model=2") == {"data": 4, "model": 2}
+    assert parse_mesh("model=2,fsdp=2,data=2") == {"model": 2, "fsdp": 2, "data": 2}
+    assert parse_mesh("fsdp=8") == {"fsdp": 8}
     mesh = make_mesh({"data": 1})
-    assert mesh.axis_names == ("data", "model") and mesh.devices.shape == (1, 1)
+    assert mesh.axis_names == ("data", "fsdp", "model") and mesh.devices.shape == (1, 1, 1)
+    assert make_mesh({"fsdp": 1}).shape == {"data": 1, "fsdp": 1, "model": 1}
+
+
+def test_mesh_text_names_the_axes_in_use():
+    assert mesh_text({"data": 2, "fsdp": 1, "model": 4}) == "--mesh data=2,model=4"
+    assert mesh_text({"data": 1, "fsdp": 1, "model": 1}) == "--mesh data=1"
 
 
 @pytest.mark.parametrize(
     "text",
-    ["model=2", "data=0", "data=x", "data=2,data=2", "batch=2", "data=²", "data=٣", "", " ", ","]
-    + ["data=" + "9" * 100, "data=-1", "data=1,model="],
+    ["data=0", "data=x", "data=2,data=2", "data=²", "data=٣", "", " ", ",", "=2"]
+    + ["data=" + "9" * 100, "data=-1", "data=1,model=", "fsdp=2,,model=2"],
 )
 def test_bad_mesh_text(text):
-    with pytest.raises(ValueError, match=r"--mesh (expects data=N|needs a 'data' axis)"):
+    with pytest.raises(
+        ValueError,
+        match=r"--mesh expects AXIS=N\[,AXIS=N\.\.\.\] with the axes data, fsdp and model, "
+        r"each at most once, and positive sizes, e\.g\. data=2,fsdp=2,model=2; got ",
+    ):
         parse_mesh(text)
+
+
+@pytest.mark.parametrize("text", ["batch=2", "data=2,pipeline=2", "Data=2", "fsdp=2,modle=2"])
+def test_an_unknown_mesh_axis_names_the_known_ones(text):
+    with pytest.raises(
+        ValueError,
+        match=r"--mesh: unknown axis '\w+' in .*; the mesh axes are data, fsdp and model",
+    ):
+        parse_mesh(text)
+
+
+def test_an_unknown_axis_from_python_names_the_known_ones():
+    # (before issue 28 this built a 1x1 mesh and trained on one device)
+    with pytest.raises(
+        ValueError,
+        match=r"mesh=\{'pipeline': 8\} names unknown axes \['pipeline'\]; the mesh axes are data, "
+        r"fsdp and model",
+    ):
+        make_mesh({"pipeline": 8})
+    with pytest.raises(
+        ValueError, match=r"mesh sizes must be positive integers, got \{'fsdp': 0\}"
+    ):
+        check_axes({"fsdp": 0})
+    with pytest.raises(ValueError, match=r"positive integers, got \{'data': True\}"):
+        check_axes({"data": True})
 
 
 def test_a_mesh_larger_than_the_devices_says_how_to_simulate_more():
     with pytest.raises(
         ValueError,
-        match=r"needs 1024 devices but .*XLA_FLAGS=--xla_force_host_platform_device_count=1024",
+        match=r"--mesh fsdp=1024 needs 1024 devices but .*"
+        r"XLA_FLAGS=--xla_force_host_platform_device_count=1024",
     ):
-        make_mesh({"data": 1024})
+        make_mesh({"fsdp": 1024})
+
+
+def test_the_first_bad_step_counter_is_committed_where_the_step_returns_it():
+    counter = first_bad_step(None)
+    assert int(counter) == 0 and counter.committed
+    mesh = make_mesh({"data": 1})
+    placed = first_bad_step(mesh)
+    assert placed.sharding == jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+
+def test_the_batch_is_split_over_data_and_fsdp_together():
+    mesh = make_mesh({"data": 1})
+    batch = batch_placer(mesh, 4)({"x": np.zeros((4, 2), np.float32)})
+    assert batch["x"].sharding.spec == jax.sharding.PartitionSpec(("data", "fsdp"))
 
 
 # -- several processes (the real runs: test_processes.py) --------------------------------------
@@ -68,7 +129,7 @@ def test_a_mesh_that_cannot_be_split_over_the_processes(two_processes):
 
     with pytest.raises(
         ValueError,
-        match=r"--mesh data=3,model=1 has 3 devices, which cannot be split evenly over 2 "
+        match=r"--mesh data=3 has 3 devices, which cannot be split evenly over 2 "
         r"processes; use a multiple of 2 \(e\.g\. data=4\)",
     ):
         make_mesh({"data": 3})
@@ -98,6 +159,7 @@ def test_a_bad_mesh_on_the_command_line_is_a_clear_error(tmp_path, capsys, mesh)
     assert main(["train", str(config), "--mesh", mesh, "--run-dir", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err
     assert err == (
-        f"nnx: error: --mesh expects data=N or data=N,model=M with positive sizes, got {mesh!r}.\n"
+        "nnx: error: --mesh expects AXIS=N[,AXIS=N...] with the axes data, fsdp and model, each "
+        f"at most once, and positive sizes, e.g. data=2,fsdp=2,model=2; got {mesh!r}.\n"
     )
     assert not (tmp_path / "run").exists()

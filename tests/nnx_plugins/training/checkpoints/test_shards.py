@@ -141,11 +141,11 @@ def test_a_sharded_checkpoint_loads_resharded_on_a_mesh_of_eight_devices(saved, 
     script = textwrap.dedent(f"""
         import json, jax, numpy as np
         import nnx_core as nnx, nnx_plugins
-        from nnx_plugins.training._mesh import make_mesh, shard_over
+        from nnx_plugins.training._mesh import make_mesh
         config = {CONFIG!r}
         config["model"]["layers"][0]["kernel_metadata"] = {{"sharding_names": [None, "model"]}}
         model = nnx_plugins.build(config, rngs=nnx.Rngs(1))
-        shard_over(model, make_mesh({{"data": 2, "model": 4}}))
+        nnx.shard(model, make_mesh({{"data": 2, "model": 4}}))
         nnx_plugins.load({str(saved[0])!r}, into=model)
         kernel = model.layers[0].kernel.value
         print(json.dumps({{
