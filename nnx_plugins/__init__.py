@@ -91,6 +91,10 @@ _EXPORTS = {
     "Generation": ".generation._generate",
     "GenerationError": ".generation._decode",
     "decode": ".generation._decode",
+    # pretrained models out
+    "export_jax": ".pretrained._export_jax",
+    "JaxExport": ".pretrained._export_jax",
+    "ExportError": ".pretrained._exporting",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -139,6 +143,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .generation._decode import decode as decode
     from .generation._generate import Generation as Generation
     from .generation._generate import generate as generate
+    from .pretrained._export_jax import JaxExport as JaxExport
+    from .pretrained._export_jax import export_jax as export_jax
+    from .pretrained._exporting import ExportError as ExportError
     from .registry._discovery import Settings as Settings
     from .registry._errors import NameCollisionError as NameCollisionError
     from .registry._errors import PluginError as PluginError

@@ -2,7 +2,8 @@
 
 One module per command group adds its subcommands (``add_commands``): `_plugins`, `_names`
 (layers and Variable kinds), `_run_parts` (tasks, datasets, metrics, loggers, callbacks),
-`_config` (validate, schema, build), `_train` (train, eval) and `_generate` (generate).
+`_config` (validate, schema, build), `_train` (train, eval), `_generate` (generate) and
+`_export` (export jax).
 Listing commands read package metadata only: they import neither jax nor pydantic nor any
 plugin, so each group imports heavy modules inside its handlers.
 
@@ -20,13 +21,13 @@ from collections.abc import Sequence
 
 from .._text import suggest
 from ..registry._errors import PluginError
-from . import _config, _generate, _names, _plugins, _run_parts, _train
+from . import _config, _export, _generate, _names, _plugins, _run_parts, _train
 from ._config import usage_error
 from ._output import fail, keep_stderr, plugin_warnings_as_lines, registry, report
 
 __all__ = ["main", "build_parser"]
 
-_GROUPS = (_plugins, _names, _run_parts, _config, _train, _generate)
+_GROUPS = (_plugins, _names, _run_parts, _config, _train, _generate, _export)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,99 @@
+"""``nnx export jax FILE --checkpoint DIR --out FILE``: a trained model for serving.
+
+``jax`` writes a serialized `jax.export` artifact (StableHLO, the weights inside) that plain jax
+loads with ``jax.export.deserialize`` and runs without nnx. Each export writes its output whole
+or not at all and never replaces an existing path. jax is imported inside the handlers only, so
+the listing commands stay fast.
+
+Example:
+    >>> from nnx_plugins.cli._main import build_parser
+    >>> args = build_parser().parse_args(
+    ...     ["export", "jax", "gpt.yaml", "--checkpoint", "ckpt", "--out", "gpt.jax",
+    ...      "--input-shape", "b,128"])
+    >>> args.file, args.checkpoint, args.out, args.input_shape
+    ('gpt.yaml', 'ckpt', 'gpt.jax', 'b,128')
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .._errors import NnxError
+from ._config import one_file
+from ._output import add_command, report
+
+__all__ = ["add_commands"]
+
+
+def _export_jax(args: argparse.Namespace) -> int:
+    from ..config._load import load_config  # (here: listing stays light)
+    from ..pretrained._export_jax import export_jax  # (here: listing stays light)
+
+    given = one_file(args, "export jax FILE --checkpoint DIR --out FILE [options] [KEY=VALUE...]")
+    if given is None:
+        return 2
+    try:
+        result = export_jax(
+            load_config(given[0], overrides=given[1]),
+            checkpoint=args.checkpoint,
+            out=args.out,
+            input_shape=args.input_shape,
+            input_dtype=args.input_dtype,
+        )
+    except NnxError as error:  # (configs, checkpoints, shapes, the output: they say where)
+        report(f"nnx: error: {error}")
+        return 1
+    print(
+        f"wrote {result.path} ({result.size / 2**20:.1f} MiB): {result.inputs} -> "
+        f"{result.outputs}; run it with jax.export.deserialize(open(path, 'rb').read()).call(x)"
+    )
+    return 0
+
+
+def _common(parser: argparse.ArgumentParser, out: str) -> None:
+    parser.add_argument("file", metavar="FILE", help="the config of the model")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="set a value by path, as for nnx train (e.g. data.path=notes.txt)",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        required=True,
+        help="a checkpoint directory, or a directory of step_N checkpoints (the newest)",
+    )
+    parser.add_argument(
+        "--out", metavar=out, required=True, help=f"the {out.lower()} to write; it must not exist"
+    )
+
+
+def add_commands(subparsers: Any) -> None:
+    """Register ``export jax`` on the ``nnx`` command's subparsers."""
+    export = subparsers.add_parser(
+        "export", help="write a trained model for serving or for other libraries"
+    ).add_subparsers(dest="action", metavar="FORMAT", required=True)
+    to_jax = add_command(
+        export,
+        "jax",
+        _export_jax,
+        "write a serialized jax.export artifact (StableHLO, weights inside) that plain jax "
+        "runs; batch and sequence length symbolic where the model allows",
+    )
+    _common(to_jax, "FILE")
+    to_jax.add_argument(
+        "--input-shape",
+        metavar="AXES",
+        default=None,
+        help="the whole input shape, batch first, each axis a size or a name for a symbolic "
+        "size, e.g. b,128 or 1,8,8,1 (default: from the data section, batch and sequence "
+        "length symbolic)",
+    )
+    to_jax.add_argument(
+        "--input-dtype",
+        default=None,
+        choices=("float32", "float16", "bfloat16", "int32", "int64", "uint8", "bool"),
+        help="the input's dtype (default: the data's; int32 for token ids)",
+    )

@@ -1,0 +1,1 @@
+"""Pretrained models in and out: transformers checkpoints as configs, export for serving."""
