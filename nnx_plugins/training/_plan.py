@@ -26,6 +26,7 @@ import nnx_core as nnx
 
 from ..config._build import build
 from ._assembly import Parts, config_error, located_data_error
+from ._init_from import initialize
 from ._memory import trainable_kinds
 from ._mesh import replicate_unplaced, shard_over
 from ._precision import model_config
@@ -81,6 +82,7 @@ def setup(plan: Plan, mesh: Any) -> tuple[Any, Any]:
     model = build(model_config(plan.config), rngs=nnx.Rngs(sections["train"].seed))
     if mesh is not None:
         shard_over(model, mesh)
+    initialize(plan, model)  # (checkpoint.init_from: before the optimizer, which starts from it)
     kinds = trainable_kinds(sections["optimizer"].trainable)
     optimizer = nnx.Optimizer(model, sections["optimizer"].make(), wrt=kinds)
     if mesh is not None:
