@@ -35,6 +35,10 @@ from ._dropout import Dropout as Dropout
 from ._einsum import Einsum as Einsum
 from ._group_norm import GroupNorm as GroupNorm
 from ._group_norm import InstanceNorm as InstanceNorm
+from ._language import CausalLM as CausalLM
+from ._language import ImageClassifier as ImageClassifier
+from ._language import MaskedLM as MaskedLM
+from ._language import default_positions as default_positions
 from ._linear import Embed as Embed
 from ._linear import Linear as Linear
 from ._linear_general import LinearGeneral as LinearGeneral
@@ -54,6 +58,13 @@ from ._repeat import Repeat as Repeat
 from ._reshape import Reshape as Reshape
 from ._rnn import RNN as RNN
 from ._rnn import Bidirectional as Bidirectional
+from ._rope import RoPE as RoPE
+from ._rope import dot_product_attention_with_rope as dot_product_attention_with_rope
+from ._rope import rope_frequencies as rope_frequencies
+from ._transformer import MLP as MLP
+from ._transformer import GatedMLP as GatedMLP
+from ._transformer import SelfAttention as SelfAttention
+from ._transformer import TransformerBlock as TransformerBlock
 from ._weight_norms import SpectralNorm as SpectralNorm
 from ._weight_norms import WeightNorm as WeightNorm
 from .activations import elu as elu
@@ -139,4 +150,15 @@ __all__ = [
     "PositionEmbed",
     "promote_dtype",
     "Repeat",
+    "RoPE",
+    "dot_product_attention_with_rope",
+    "rope_frequencies",
+    "SelfAttention",
+    "MLP",
+    "GatedMLP",
+    "TransformerBlock",
+    "CausalLM",
+    "MaskedLM",
+    "ImageClassifier",
+    "default_positions",
 ]

@@ -91,6 +91,16 @@ _EXPORTS = {
     "Generation": ".generation._generate",
     "GenerationError": ".generation._decode",
     "decode": ".generation._decode",
+    # pretrained models and tokenizers
+    "import_hf": ".pretrained._import",
+    "Imported": ".pretrained._import",
+    "PretrainedError": ".pretrained._errors",
+    "Converter": ".pretrained._convert",
+    "Rule": ".pretrained._convert",
+    "Tokenizer": ".training.data._tokenizers",
+    "TokenizerError": ".training.data._tokenizers",
+    "register_tokenizer": ".registry._run_parts",
+    "register_converter": ".registry._run_parts",
     # pretrained models out
     "export_jax": ".pretrained._export_jax",
     "JaxExport": ".pretrained._export_jax",
@@ -143,9 +153,14 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .generation._decode import decode as decode
     from .generation._generate import Generation as Generation
     from .generation._generate import generate as generate
+    from .pretrained._convert import Converter as Converter
+    from .pretrained._convert import Rule as Rule
+    from .pretrained._errors import PretrainedError as PretrainedError
     from .pretrained._export_jax import JaxExport as JaxExport
     from .pretrained._export_jax import export_jax as export_jax
     from .pretrained._exporting import ExportError as ExportError
+    from .pretrained._import import Imported as Imported
+    from .pretrained._import import import_hf as import_hf
     from .registry._discovery import Settings as Settings
     from .registry._errors import NameCollisionError as NameCollisionError
     from .registry._errors import PluginError as PluginError
@@ -168,10 +183,12 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .registry._registry import set_default_registry as set_default_registry
     from .registry._run_parts import get_run_part as get_run_part
     from .registry._run_parts import register_callback as register_callback
+    from .registry._run_parts import register_converter as register_converter
     from .registry._run_parts import register_dataset as register_dataset
     from .registry._run_parts import register_logger as register_logger
     from .registry._run_parts import register_metric as register_metric
     from .registry._run_parts import register_task as register_task
+    from .registry._run_parts import register_tokenizer as register_tokenizer
     from .training._config import load_train_config as load_train_config
     from .training._loop import TrainResult as TrainResult
     from .training._loop import build_model as build_model
@@ -189,5 +206,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .training.data._base import DataInfo as DataInfo
     from .training.data._base import Dataset as Dataset
     from .training.data._text import Vocabulary as Vocabulary
+    from .training.data._tokenizers import Tokenizer as Tokenizer
+    from .training.data._tokenizers import TokenizerError as TokenizerError
     from .training.loggers._base import Logger as Logger
     from .training.tasks._base import Task as Task

@@ -53,6 +53,7 @@ __all__ = [
     "check_metric",
     "check_logger",
     "check_callback",
+    "check_converter",
     "fake_distribution",
     "isolated_registry",
     "nnx_registry",
@@ -598,3 +599,36 @@ def check_callback(
             )
     _raise(f"check_callback({name!r})", problems)
     return callback
+
+
+def check_converter(
+    name: str, config_json: Mapping[str, Any], *, registry: Registry | None = None
+) -> dict[str, tuple[int, ...]]:
+    """Check the converter registered as ``name`` on a ``config.json`` (a dict) of its family.
+
+    Its name must follow the naming rules (a pack's is ``namespace.Architecture``), its config
+    must validate and build from registered layers, its table must fill every parameter of
+    that model exactly once, and exporting random parameters through the table then importing
+    them back must return them unchanged.
+
+    Returns:
+        The transformers tensors (name -> shape) the converter expects for ``config_json``.
+
+    Raises:
+        PartCheckError: listing every problem found.
+
+    Example:
+        >>> from nnx_plugins.testing import check_converter
+        >>> tensors = check_converter("GPT2LMHeadModel", {"n_embd": 8, "n_head": 2, "n_layer": 1,
+        ...                           "vocab_size": 11, "n_positions": 16})
+        >>> tensors["transformer.h.0.attn.c_attn.weight"]
+        (8, 24)
+    """
+    from .pretrained._check import converter_problems  # (here: it imports jax)
+
+    registry = registry or default_registry()
+    problems = _check_name(registry, "converter", name)
+    converter = registry.get("converter", name)
+    tensors, found = converter_problems(converter, config_json)
+    _raise(f"check_converter({name!r})", problems + found)
+    return tensors

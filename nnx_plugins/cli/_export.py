@@ -1,9 +1,11 @@
-"""``nnx export jax FILE --checkpoint DIR --out FILE``: a trained model for serving.
+"""``nnx export jax|hf FILE --checkpoint DIR --out OUT``: a trained model for serving, or back
+to transformers.
 
 ``jax`` writes a serialized `jax.export` artifact (StableHLO, the weights inside) that plain jax
-loads with ``jax.export.deserialize`` and runs without nnx. Each export writes its output whole
-or not at all and never replaces an existing path. jax is imported inside the handlers only, so
-the listing commands stay fast.
+loads with ``jax.export.deserialize`` and runs without nnx; ``hf`` writes a directory
+transformers loads (a model of ``nnx import hf``, LoRA adapters merged). Each export writes its
+output whole or not at all and never replaces an existing path. jax is imported inside the
+handlers only, so the listing commands stay fast.
 
 Example:
     >>> from nnx_plugins.cli._main import build_parser
@@ -51,6 +53,32 @@ def _export_jax(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_hf(args: argparse.Namespace) -> int:
+    from ..config._load import load_config  # (here: listing stays light)
+    from ..pretrained._export_hf import export_hf  # (here: listing stays light)
+
+    given = one_file(args, "export hf FILE --checkpoint DIR --out DIR [options] [KEY=VALUE...]")
+    if given is None:
+        return 2
+    try:
+        result = export_hf(
+            load_config(given[0], overrides=given[1]),
+            checkpoint=args.checkpoint,
+            out=args.out,
+            hf_config=args.hf_config,
+        )
+    except NnxError as error:  # (configs, checkpoints, config.json, the output: they say where)
+        report(f"nnx: error: {error}")
+        return 1
+    merged = f", {result.adapters} LoRA projections merged" if result.adapters else ""
+    print(
+        f"wrote {result.directory}: {result.architecture}, {result.tensors} tensors "
+        f"({result.size / 2**20:.1f} MiB){merged}; load it with transformers' "
+        f"{result.auto_class}.from_pretrained"
+    )
+    return 0
+
+
 def _common(parser: argparse.ArgumentParser, out: str) -> None:
     parser.add_argument("file", metavar="FILE", help="the config of the model")
     parser.add_argument(
@@ -71,7 +99,7 @@ def _common(parser: argparse.ArgumentParser, out: str) -> None:
 
 
 def add_commands(subparsers: Any) -> None:
-    """Register ``export jax`` on the ``nnx`` command's subparsers."""
+    """Register ``export jax`` and ``export hf`` on the ``nnx`` command's subparsers."""
     export = subparsers.add_parser(
         "export", help="write a trained model for serving or for other libraries"
     ).add_subparsers(dest="action", metavar="FORMAT", required=True)
@@ -96,4 +124,19 @@ def add_commands(subparsers: Any) -> None:
         default=None,
         choices=("float32", "float16", "bfloat16", "int32", "int64", "uint8", "bool"),
         help="the input's dtype (default: the data's; int32 for token ids)",
+    )
+    to_hf = add_command(
+        export,
+        "hf",
+        _export_hf,
+        "write a directory transformers loads (from_pretrained): the model of nnx import hf, "
+        "fine-tuned or not, LoRA adapters merged",
+    )
+    _common(to_hf, "DIR")
+    to_hf.add_argument(
+        "--hf-config",
+        metavar="FILE",
+        default=None,
+        help="transformers' config.json of the model (default: the config.json beside FILE, "
+        "where nnx import hf keeps it)",
     )

@@ -21,13 +21,13 @@ from collections.abc import Sequence
 
 from .._text import suggest
 from ..registry._errors import PluginError
-from . import _config, _export, _generate, _names, _plugins, _run_parts, _train
+from . import _config, _export, _generate, _import, _names, _plugins, _run_parts, _train
 from ._config import usage_error
 from ._output import fail, keep_stderr, plugin_warnings_as_lines, registry, report
 
 __all__ = ["main", "build_parser"]
 
-_GROUPS = (_plugins, _names, _run_parts, _config, _train, _generate, _export)
+_GROUPS = (_plugins, _names, _run_parts, _config, _train, _generate, _import, _export)
 
 
 def build_parser() -> argparse.ArgumentParser:

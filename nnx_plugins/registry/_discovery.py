@@ -1,8 +1,8 @@
 """Reading entry points from package metadata, without importing any plugin code.
 
 The groups read: ``nnx.layers``, ``nnx.variables``, ``nnx.config_sections`` and the run parts
-``nnx.tasks``, ``nnx.datasets``, ``nnx.metrics``, ``nnx.loggers``, ``nnx.callbacks``
-(``name = "module:attr"``), and ``nnx.plugins`` (pluggy plugin modules). The ``NNX_*`` environment switches decide which
+``nnx.tasks``, ``nnx.datasets``, ``nnx.metrics``, ``nnx.loggers``, ``nnx.callbacks``,
+``nnx.tokenizers``, the checkpoint converters ``nnx.converters`` (``name = "module:attr"``), and ``nnx.plugins`` (pluggy plugin modules). The ``NNX_*`` environment switches decide which
 distributions are enabled.
 
 Example:
@@ -45,10 +45,12 @@ GROUPS = {
     "metric": "nnx.metrics",
     "logger": "nnx.loggers",
     "callback": "nnx.callbacks",
+    "tokenizer": "nnx.tokenizers",
+    "converter": "nnx.converters",
     "plugin": "nnx.plugins",
 }
 #: the kinds of name a run is made of besides its model (docs/design/runs.md)
-RUN_PARTS = ("task", "dataset", "metric", "logger", "callback")
+RUN_PARTS = ("task", "dataset", "metric", "logger", "callback", "tokenizer")
 #: the distribution that owns unqualified names
 BUILTIN_DISTRIBUTION = "nnx-jax"
 

@@ -63,6 +63,14 @@ class Registrar:
         """Offer a callback class under ``name``."""
         self.added.append(("callback", name, cls))
 
+    def add_tokenizer(self, name: str, cls: Any) -> None:
+        """Offer a tokenizer class under ``name``."""
+        self.added.append(("tokenizer", name, cls))
+
+    def add_converter(self, name: str, converter: Any) -> None:
+        """Offer a checkpoint converter under ``name`` (``namespace.Architecture``)."""
+        self.added.append(("converter", name, converter))
+
 
 def plugin_manager() -> Any:
     """A pluggy manager of the ``nnx`` project with its hook specs."""

@@ -52,7 +52,9 @@ def nnx_register_variable_types(registry: Any) -> None:
 @hookspec
 def nnx_register_run_parts(registry: Any) -> None:
     """Add run parts: ``registry.add_task("acme.Name", cls)``, and likewise ``add_dataset``,
-    ``add_metric``, ``add_logger``, ``add_callback`` (see docs/design/runs.md).
+    ``add_metric``, ``add_logger``, ``add_callback``, ``add_tokenizer`` (see
+    docs/design/runs.md), and checkpoint converters with ``add_converter("acme.Arch", obj)``
+    (docs/pretrained.md).
 
     Each ``cls`` is a class whose ``__init__`` arguments are its config. Names must be
     namespaced (``acme.name``): unqualified names belong to the built-ins.

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from ._discovery import RUN_PARTS
 from ._errors import IN_PROCESS, PluginInfo, PluginLoadError
-from ._part_checks import run_part_problem
+from ._part_checks import converter_problem, run_part_problem
 
 __all__ = ["run_plugin_code", "load_fix", "check_object"]
 
@@ -175,6 +175,10 @@ def check_object(kind: str, name: str, obj: Any, plugin: PluginInfo) -> None:
     """
     if kind in RUN_PARTS:
         problem = run_part_problem(kind, name, obj)
+        if problem:
+            raise _error(plugin, problem)
+    elif kind == "converter":
+        problem = converter_problem(name, obj)
         if problem:
             raise _error(plugin, problem)
     elif kind == "layer":

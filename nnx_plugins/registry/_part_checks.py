@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["REQUIRED_METHODS", "run_part_problem"]
+__all__ = ["REQUIRED_METHODS", "CONVERTER_PARTS", "run_part_problem", "converter_problem"]
 
 #: the methods the run calls on each kind of part (the base classes define the optional ones)
 REQUIRED_METHODS = {
@@ -27,7 +27,10 @@ REQUIRED_METHODS = {
     "metric": ("reset", "update", "compute"),
     "logger": ("write",),
     "callback": (),
+    "tokenizer": ("encode", "decode"),
 }
+#: what a checkpoint converter provides (``nnx_plugins.pretrained._convert.Converter``)
+CONVERTER_PARTS = ("config", "table", "layers")
 
 
 def run_part_problem(kind: str, name: str, obj: Any) -> str:
@@ -51,5 +54,23 @@ def run_part_problem(kind: str, name: str, obj: Any) -> str:
         return (
             f"provides {kind} {name!r} as the class {obj.__qualname__}, which has no method "
             f"{missing[0]!r} (a {kind} needs {', '.join(needed)})."
+        )
+    return ""
+
+
+def converter_problem(name: str, obj: Any) -> str:
+    """Why ``obj`` cannot be the converter of the architecture ``name`` (``""`` if it can).
+
+    Example:
+        >>> from nnx_plugins.registry._part_checks import converter_problem
+        >>> converter_problem("acme.TinyLM", object())
+        "provides converter 'acme.TinyLM' as an object with no 'config' (a converter has config, table and layers: an nnx_plugins.pretrained Converter)."
+    """
+    missing = [part for part in CONVERTER_PARTS if not callable(getattr(obj, part, None))]
+    if missing:
+        return (
+            f"provides converter {name!r} as an object with no {missing[0]!r} (a converter has "
+            f"{', '.join(CONVERTER_PARTS[:-1])} and {CONVERTER_PARTS[-1]}: an "
+            "nnx_plugins.pretrained Converter)."
         )
     return ""

@@ -28,6 +28,8 @@ NOUN = {
     "metric": "metric",
     "logger": "logger",
     "callback": "callback",
+    "tokenizer": "tokenizer",
+    "converter": "converter",
 }
 
 

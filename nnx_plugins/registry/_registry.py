@@ -55,7 +55,7 @@ __all__ = [
     "install_kind_resolver",
 ]
 
-_KINDS = ("layer", "variable", "section", *RUN_PARTS)
+_KINDS = ("layer", "variable", "section", *RUN_PARTS, "converter")
 
 
 class Registry:

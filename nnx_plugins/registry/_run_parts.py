@@ -30,6 +30,8 @@ __all__ = [
     "register_metric",
     "register_logger",
     "register_callback",
+    "register_tokenizer",
+    "register_converter",
     "get_run_part",
 ]
 
@@ -121,6 +123,29 @@ def register_callback(name: str, *, registry: Registry | None = None) -> Callabl
     """Decorator: register a callback class (see `nnx_plugins.training.Callback`) as ``name``;
     see `register_task` for the rules and errors."""
     return _registering("callback", name, registry)
+
+
+def register_tokenizer(name: str, *, registry: Registry | None = None) -> Callable[[T], T]:
+    """Decorator: register a tokenizer class (``encode``, ``decode``, ``vocab_size``; see
+    `nnx_plugins.Tokenizer`) as ``name``; see `register_task` for the rules and errors."""
+    return _registering("tokenizer", name, registry)
+
+
+def register_converter(name: str, converter: T, *, registry: Registry | None = None) -> T:
+    """Register a checkpoint converter (an `nnx_plugins.Converter`) as ``name``
+    (``namespace.Architecture``: ``nnx import hf`` finds it by the architecture after the
+    namespace); return it. See `register_task` for the rules and errors.
+
+    Example:
+        >>> from nnx_plugins import Converter, Rule, register_converter
+        >>> tiny = Converter(config=lambda c: {"model": {"type": "Linear", "in_features": 2,
+        ...                  "out_features": 2}}, table=lambda c: [Rule("w", "kernel", "transpose"),
+        ...                  Rule("b", "bias")], layers=lambda c: 1)
+        >>> register_converter("docs.TinyLinear", tiny) is tiny
+        True
+    """
+    result: T = (registry or default_registry()).add("converter", name, converter)
+    return result
 
 
 def get_run_part(kind: str, name: str, *, registry: Registry | None = None) -> Any:

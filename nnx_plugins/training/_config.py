@@ -38,6 +38,7 @@ from ._sections import (
     MetricsSection,
     TaskSection,
 )
+from ._tokenizer import tokenized
 from .data._base import DataError
 
 __all__ = [
@@ -186,6 +187,9 @@ def load_train_config(config: Any) -> Any:
         folder = os.path.dirname(os.path.abspath(source))
         sections["data"] = sections["data"].with_paths_resolved(folder)
         sections["checkpoint"] = sections["checkpoint"].with_paths_resolved(folder)
+        if sections.get("tokenizer") is not None:  # (the tokenizer section: _tokenizer.py)
+            sections["tokenizer"] = sections["tokenizer"].with_paths_resolved(folder)
+    sections["data"] = tokenized(sections["data"], sections.get("tokenizer"))
     return dataclasses.replace(loaded, sections=sections)
 
 

@@ -57,7 +57,9 @@ def initialize(plan: Any, model: Any) -> None:
             f"{where}the run starts from this checkpoint's weights: it must hold every "
             "Variable of the model but LoRAParam adapters (they start fresh)."
         )
-        raise CheckpointError(error.directory, [first, *error.problems], action="start from")
+        raise CheckpointError(
+            error.directory, [first, *error.problems], action="start from"
+        ) from None
 
 
 def _located(config: Any, path: tuple[str, ...]) -> str:

@@ -128,3 +128,50 @@ def test_a_run_made_of_the_pack_parts(nnx_registry, tmp_path):
 def test_the_run_parts_check_their_arguments(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_the_converter_conforms(nnx_registry):
+    from nnx_plugins.testing import check_converter
+
+    tensors = check_converter(
+        "acme.AcmeMLPForClassification", {"input_size": 4, "hidden_size": 8, "num_labels": 3}
+    )
+    assert tensors == {
+        "fc1.weight": (8, 4),
+        "fc1.bias": (8,),
+        "fc2.weight": (3, 8),
+        "fc2.bias": (3,),
+    }
+
+
+def test_nnx_import_hf_finds_the_converter_by_architecture(nnx_registry, tmp_path):
+    import json
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    import nnx_plugins
+
+    source = tmp_path / "acme-mlp"
+    source.mkdir()
+    config = {
+        "architectures": ["AcmeMLPForClassification"],
+        "input_size": 4,
+        "hidden_size": 8,
+        "num_labels": 3,
+    }
+    (source / "config.json").write_text(json.dumps(config))
+    rng = np.random.default_rng(0)
+    tensors = {
+        "fc1.weight": rng.normal(size=(8, 4)).astype(np.float32),
+        "fc1.bias": rng.normal(size=(8,)).astype(np.float32),
+        "fc2.weight": rng.normal(size=(3, 8)).astype(np.float32),
+        "fc2.bias": rng.normal(size=(3,)).astype(np.float32),
+    }
+    save_file(tensors, str(source / "model.safetensors"))
+    done = nnx_plugins.import_hf(source, tmp_path / "out")
+    model = nnx_plugins.load(done.checkpoint)
+    x = rng.normal(size=(2, 4)).astype(np.float32)
+    hidden = np.maximum(x @ tensors["fc1.weight"].T + tensors["fc1.bias"], 0)
+    expected = hidden @ tensors["fc2.weight"].T + tensors["fc2.bias"]
+    np.testing.assert_allclose(model(x), expected, rtol=1e-5, atol=1e-5)

@@ -39,6 +39,7 @@ import numpy as np
 
 from ._base import Batch, DataError, DataInfo, Dataset, epoch_order
 from ._files import check_size, open_regular
+from ._tokenizers import make_tokenizer
 
 __all__ = ["TextDataset", "Vocabulary", "STDLIB_PREFIX", "text_files"]
 
@@ -197,6 +198,8 @@ class TextDataset(Dataset):
         level: ``bytes`` (vocabulary 256) or ``characters`` (the text's own).
         test_fraction: the share of the tokens, at the end, held out for testing.
         stride: tokens between the starts of training windows (default ``seq_len``).
+        tokenizer: a tokenizer spec (``{type: hf, path: ...}``) whose ids replace ``level``'s;
+            the config's ``tokenizer:`` section when it is not ``bytes``.
     """
 
     def __init__(
@@ -207,6 +210,7 @@ class TextDataset(Dataset):
         level: Literal["bytes", "characters"] = "bytes",
         test_fraction: float = 0.1,
         stride: int | None = None,
+        tokenizer: dict[str, Any] | None = None,
     ):
         for key, value in (("seq_len", seq_len), ("stride", stride or 1)):
             if value < 1:
@@ -217,6 +221,7 @@ class TextDataset(Dataset):
             )
         self.path, self.seq_len, self.level = path, seq_len, level
         self.test_fraction, self.stride = test_fraction, stride or seq_len
+        self.tokenizer = tokenizer
         self.name = os.path.basename(path.rstrip("/")) or path
 
     @classmethod
@@ -232,7 +237,10 @@ class TextDataset(Dataset):
         text = _read_text(files)
         if not text.strip():
             raise DataError(f"{self.path!r} holds no text (its files are empty).", key="path")
-        if self.level == "bytes":
+        if self.tokenizer is not None:  # (vocabulary: the level's, unused but for its size)
+            tokens = make_tokenizer(self.tokenizer).encode(text, special_tokens=False)
+            vocabulary = Vocabulary("bytes")
+        elif self.level == "bytes":
             tokens = np.frombuffer(text.encode("utf-8"), np.uint8)
             vocabulary = Vocabulary("bytes")
         else:
@@ -271,9 +279,15 @@ class TextDataset(Dataset):
             window,
             window,
             f"data (text {self.name}, level {self.level})",
-            vocab_size=self.vocabulary.size,
+            vocab_size=self._vocab_size,
             masked=True,
         )
+
+    @property
+    def _vocab_size(self) -> int:
+        if self.tokenizer is not None:
+            return int(make_tokenizer(self.tokenizer).vocab_size)
+        return self.vocabulary.size
 
     def steps_per_epoch(self, batch_size: int) -> int:
         steps = len(self._starts) // batch_size
@@ -308,6 +322,8 @@ class TextDataset(Dataset):
             yield {"inputs": padded[span], "targets": padded[span + 1], "mask": counted[span]}
 
     def state(self) -> dict[str, Any]:
+        if self.tokenizer is not None:
+            return {"level": "tokenizer", "tokenizer": dict(self.tokenizer)}
         return self.vocabulary.state()
 
     def check_state(self, saved: Mapping[str, Any]) -> str | None:

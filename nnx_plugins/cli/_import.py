@@ -1,0 +1,79 @@
+"""``nnx import hf SRC --out DST [--dtype D]`` and ``nnx converters list [PATTERN]``.
+
+``import hf`` turns a transformers model directory into an nnx config and checkpoint
+(`nnx_plugins.import_hf`); ``converters list`` reads package metadata only, like the other
+listing commands.
+
+Example:
+    >>> from nnx_plugins.cli._main import build_parser
+    >>> args = build_parser().parse_args(["import", "hf", "models/tiny", "--out", "tiny"])
+    >>> args.source, args.out, args.dtype
+    ('models/tiny', 'tiny', None)
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..registry._discovery import GROUPS
+from ._names import names_table
+from ._output import add_command, console, fail
+
+__all__ = ["add_commands"]
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _import_hf(args: argparse.Namespace) -> int:
+    from ..pretrained._errors import PretrainedError  # (here: listing must not import jax)
+    from ..pretrained._import import import_hf  # (here: as above)
+
+    try:
+        done = import_hf(args.source, args.out, dtype=args.dtype)
+    except PretrainedError as error:
+        return fail(str(error))
+    console().print(
+        f"imported {done.architecture} ({done.parameters:,} parameters, {done.dtype}, "
+        f"{done.bytes:,} bytes) from {args.source} into {done.directory}: config.yaml, "
+        "checkpoint/.\n"
+        f"  nnx generate {done.config} --checkpoint {done.checkpoint} --prompt TEXT"
+    )
+    return 0
+
+
+def _converters_list(args: argparse.Namespace) -> int:
+    rows, listing = names_table(
+        "converter", args.pattern, f"nnx converters ({GROUPS['converter']})"
+    )
+    console().print(listing)
+    if args.pattern and not rows:
+        return fail(f"no converter name matches {args.pattern!r}.")
+    return 0
+
+
+def add_commands(subparsers: Any) -> None:
+    """Register ``import hf`` and ``converters list``."""
+    group = subparsers.add_parser("import", help="import pretrained checkpoints")
+    actions = group.add_subparsers(dest="action", metavar="ACTION", required=True)
+    hf = add_command(
+        actions,
+        "hf",
+        _import_hf,
+        "import a transformers model directory (config.json + safetensors) as an nnx config "
+        "and checkpoint",
+    )
+    hf.add_argument("source", help="the directory transformers' save_pretrained wrote")
+    hf.add_argument("--out", required=True, help="a new or empty directory to write into")
+    hf.add_argument(
+        "--dtype",
+        choices=_DTYPES,
+        default=None,
+        help="the parameters' dtype (default: the checkpoint's)",
+    )
+    converters = subparsers.add_parser("converters", help="checkpoint converters (nnx.converters)")
+    listing_actions = converters.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = add_command(
+        listing_actions, "list", _converters_list, "list converter names (metadata only)"
+    )
+    listing.add_argument("pattern", nargs="?", help="substring or glob, e.g. 'Llama*'")

@@ -1,0 +1,356 @@
+"""`import_hf`: a transformers model directory -> ``DST/config.yaml`` + ``DST/checkpoint/``.
+
+The steps: read the source (`Source`: config.json, the safetensors files, checked and
+memory-mapped), find the converter registered for its architecture (``nnx.converters``), turn
+config.json into an nnx config, build the model abstractly (shapes only: nothing allocated),
+match every tensor to a parameter (`plan`: every missing, unexpected or misshapen tensor
+reported by its transformers name before anything is written), then write the config, the
+checkpoint (streamed: `write_checkpoint`) and the tokenizer files into a temporary directory
+beside ``DST``, renamed into place at the end. An error leaves nothing behind.
+
+Example:
+    >>> import os, tempfile
+    >>> import nnx_plugins
+    >>> from nnx_plugins import import_hf
+    >>> out = os.path.join(tempfile.mkdtemp(), "tiny-llama")
+    >>> result = import_hf("tests/fixtures/hf/llama", out)
+    >>> result.architecture, sorted(os.listdir(out))
+    ('LlamaForCausalLM', ['checkpoint', 'config.yaml', 'tokenizer.json', 'tokenizer_config.json'])
+    >>> model = nnx_plugins.load(os.path.join(out, "checkpoint"))
+    >>> type(model).__name__, model.blocks.count
+    ('CausalLM', 2)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import pathlib
+import shutil
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import yaml
+
+import nnx_core
+
+from .._text import os_problem
+from ..config._build import build
+from ..registry._errors import PluginError
+from ..registry._registry import Registry, default_registry
+from ..training._config import load_train_config
+from ..training.data._base import DataError
+from ..training.data._tokenizers import HFTokenizer, TokenizerError
+from ._convert import Converter, plan
+from ._errors import PretrainedError
+from ._source import CONFIG, Source
+from ._write import Parameter, write_checkpoint
+
+__all__ = ["import_hf", "Imported", "find_converter", "DTYPES", "DEFAULT_TEXT"]
+
+#: the dtypes ``--dtype`` may ask for
+DTYPES = ("float32", "bfloat16", "float16")
+#: the text an imported language model's config trains on until ``data.path=`` says otherwise
+DEFAULT_TEXT = "stdlib:json"
+_SIDE_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class Imported:
+    """What `import_hf` wrote.
+
+    Attributes:
+        architecture: the transformers architecture imported.
+        directory: ``DST``.
+        config: ``DST/config.yaml``.
+        checkpoint: ``DST/checkpoint``.
+        parameters: how many numbers the model holds.
+        bytes: the size of the checkpoint's tensor file.
+        dtype: the parameters' dtype.
+    """
+
+    architecture: str
+    directory: pathlib.Path
+    config: pathlib.Path
+    checkpoint: pathlib.Path
+    parameters: int
+    bytes: int
+    dtype: str
+
+
+def find_converter(
+    architecture: str, *, registry: Registry | None = None, where: Any = "config.json"
+) -> tuple[str, Converter]:
+    """The registered converter of ``architecture``: its own name (a built-in), or a pack's
+    ``namespace.architecture``.
+
+    Raises:
+        PretrainedError: none is registered (the registered ones are listed), or several packs
+            provide it.
+        PluginError: its pack fails to load (named with its distribution).
+
+    Example:
+        >>> from nnx_plugins.pretrained._import import find_converter
+        >>> find_converter("LlamaForCausalLM")[0]
+        'LlamaForCausalLM'
+    """
+    registry = registry or default_registry()
+    names = registry.names("converter")
+    found = (
+        [architecture]
+        if architecture in names
+        else [n for n in names if n.rpartition(".")[2] == architecture]
+    )
+    if not found:
+        raise PretrainedError(
+            where,
+            f"no converter is registered for the architecture {architecture!r}. Registered: "
+            f"{', '.join(names) or 'none'}. A pack adds one through the 'nnx.converters' "
+            "entry-point group (docs/pretrained.md)",
+        )
+    if len(found) > 1:
+        owners = [f"{n} ({registry.providers('converter', n)[0].plugin})" for n in found]
+        raise PretrainedError(
+            where,
+            f"several packs convert {architecture!r}: {' and '.join(owners)}. Uninstall one, or "
+            "keep one with NNX_PLUGINS",
+        )
+    return found[0], registry.get("converter", found[0])
+
+
+def _nnx_config(name: str, converter: Converter, source: Source, registry: Registry) -> dict:
+    where = source.directory / CONFIG
+    provider = registry.resolve("converter", name).plugin
+    try:
+        config = converter.config(source.config)
+    except (ValueError, KeyError, TypeError) as error:
+        text = str(error.args[0]) if error.args else type(error).__name__
+        raise PretrainedError(where, f"{text} (converter {name} of {provider})") from None
+    if not isinstance(config, Mapping) or not isinstance(config.get("model"), Mapping):
+        raise PretrainedError(
+            where,
+            f"the converter {name} of {provider} returned {type(config).__name__}, not a config "
+            "with a 'model' section: fix the converter",
+        )
+    return dict(config)
+
+
+def _checkpoint_dtype(source: Source) -> np.dtype:
+    """The floating dtype holding most of the checkpoint's bytes."""
+    sizes: dict[np.dtype, int] = {}
+    for name in source.names():
+        dtype = np.dtype(source.dtype(name))
+        if dtype.kind == "f" or dtype.name == "bfloat16":
+            count = int(np.prod(source.shape(name))) * dtype.itemsize
+            sizes[dtype] = sizes.get(dtype, 0) + count
+    return max(sizes, key=lambda d: sizes[d]) if sizes else np.dtype(np.float32)
+
+
+def _with_param_dtype(node: Any, dtype: str, registry: Registry) -> Any:
+    """``node`` with ``param_dtype: dtype`` on every layer that takes one."""
+    if isinstance(node, list):
+        return [_with_param_dtype(item, dtype, registry) for item in node]
+    if not isinstance(node, Mapping):
+        return node
+    node = {k: _with_param_dtype(v, dtype, registry) for k, v in node.items()}
+    kind = node.get("type")
+    if isinstance(kind, str):
+        obj = registry.get("layer", kind)
+        if isinstance(obj, type) and "param_dtype" in inspect.signature(obj.__init__).parameters:
+            node["param_dtype"] = dtype
+    return node
+
+
+def _tokenizer_section(source: Source) -> dict[str, Any] | None:
+    """The ``tokenizer:`` section of the source's tokenizer.json (checked: it must load)."""
+    if source.tokenizer is None:
+        return None
+    try:
+        HFTokenizer(str(source.tokenizer)).vocab_size  # noqa: B018 - reads and parses it
+    except TokenizerError as error:
+        raise PretrainedError(source.tokenizer, error.message) from None
+    section: dict[str, Any] = {"type": "hf", "path": "tokenizer.json"}
+    eos = source.generation.get("eos_token_id", source.config.get("eos_token_id"))
+    eos = [eos] if isinstance(eos, int) else eos
+    if isinstance(eos, list) and all(isinstance(i, int) for i in eos):
+        section["eos_token_ids"] = eos
+    pad = source.generation.get("pad_token_id", source.config.get("pad_token_id"))
+    if isinstance(pad, int):
+        section["pad_token_id"] = pad
+    return section
+
+
+def _full_config(config: dict[str, Any], source: Source) -> dict[str, Any]:
+    """The converter's config plus the tokenizer, and data and training defaults."""
+    out = {"model": config["model"]}
+    for key, value in config.items():
+        if key != "model":
+            out[key] = value
+    tokenizer = _tokenizer_section(source)
+    if tokenizer is not None:
+        out["tokenizer"] = tokenizer
+    if out.get("task", {}).get("type") == "language_model" and "data" not in out:
+        length = out["model"].get("max_length") or 128
+        out["data"] = {"type": "text", "path": DEFAULT_TEXT, "seq_len": min(int(length), 128)}
+    out.setdefault("optimizer", {"type": "adamw", "learning_rate": 1e-4})
+    out.setdefault("train", {"steps": 100, "batch_size": 8})
+    return out
+
+
+def _check_destination(destination: pathlib.Path) -> None:
+    if destination.is_symlink() or (destination.exists() and not destination.is_dir()):
+        raise PretrainedError(
+            destination, "--out names an existing file; give a new or empty directory"
+        )
+    if destination.is_dir() and any(destination.iterdir()):
+        raise PretrainedError(
+            destination,
+            "--out is a directory that is not empty; nothing was written. Give a new or empty "
+            "directory (the import never overwrites)",
+        )
+
+
+def import_hf(
+    source: str | os.PathLike[str],
+    destination: str | os.PathLike[str],
+    *,
+    dtype: str | None = None,
+    registry: Registry | None = None,
+) -> Imported:
+    """Import the transformers model directory ``source`` into ``destination``.
+
+    Args:
+        source: a directory as ``save_pretrained`` writes it.
+        destination: a new or empty directory: it receives ``config.yaml`` (an nnx config of
+            registered layers, with a task, the tokenizer, data and training defaults),
+            ``checkpoint/`` (what `nnx_plugins.load`, ``nnx eval``, ``nnx generate`` and
+            ``nnx train`` take) and the tokenizer files.
+        dtype: the parameters' dtype (``float32``, ``bfloat16``, ``float16``); None keeps the
+            checkpoint's (the dtype holding most of its bytes).
+        registry: where converters and layers are found; the default registry when omitted.
+
+    Returns:
+        An `Imported`.
+
+    Raises:
+        PretrainedError: an unreadable or malformed source, an architecture without a
+            converter, a config.json value the converter does not support, tensors that do
+            not fit, a destination that is not a new or empty directory, a failed write.
+        PluginError: a pack's converter fails to load.
+    """
+    registry = registry or default_registry()
+    destination = pathlib.Path(destination)
+    if dtype is not None and dtype not in DTYPES:
+        raise PretrainedError(
+            destination, f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}"
+        )
+    _check_destination(destination)
+    src = Source(source)
+    name, converter = find_converter(
+        src.architecture, registry=registry, where=src.directory / CONFIG
+    )
+    chosen = np.dtype(dtype) if dtype is not None else _checkpoint_dtype(src)
+    config = _full_config(_nnx_config(name, converter, src, registry), src)
+    if chosen != np.float32:
+        config["model"] = _with_param_dtype(config["model"], chosen.name, registry)
+    abstract = _abstract_model(config, name, src)
+    variables = list(nnx_core.state(abstract).flat_state())
+    shapes = {tuple(p): (tuple(v.value.shape), type(v)) for p, v in variables}
+    matched = plan(converter, src, shapes, where=src.directory, dtype=chosen)
+    by_path = {t.path: t for t in matched.targets}
+    parameters = [
+        Parameter(
+            tuple(path),
+            variable,
+            by_path[tuple(path)].dtype,
+            by_path[tuple(path)].shape,
+            lambda target=by_path[tuple(path)]: matched.produce(target),
+        )
+        for path, variable in variables
+    ]
+    run = {
+        "imported_from": {
+            "architecture": src.architecture,
+            "directory": str(src.directory.resolve()),
+            "transformers_version": src.config.get("transformers_version"),
+        }
+    }
+    written = _write(destination, config, parameters, run, src)
+    return Imported(
+        src.architecture,
+        destination,
+        destination / "config.yaml",
+        destination / "checkpoint",
+        sum(int(np.prod(p.shape)) for p in parameters),
+        written,
+        chosen.name,
+    )
+
+
+def _abstract_model(config: dict[str, Any], name: str, source: Source) -> Any:
+    """The model ``config`` describes, with shapes only; its config checked as a run's."""
+    where = source.directory / CONFIG
+    try:
+        load_train_config(config)
+        return nnx_core.eval_shape(lambda: build({"model": config["model"]}))
+    except (PluginError, DataError, ValueError) as error:
+        raise PretrainedError(
+            where,
+            f"the converter {name} does not handle this config.json: the config it made is "
+            f"invalid ({str(error).rstrip('.')})",
+        ) from None
+
+
+def _write(
+    destination: pathlib.Path,
+    config: dict[str, Any],
+    parameters: list[Parameter],
+    run: dict[str, Any],
+    source: Source,
+) -> int:
+    parent = destination.parent
+    temporary = None
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        temporary = pathlib.Path(tempfile.mkdtemp(prefix=f".{destination.name}.tmp-", dir=parent))
+        (temporary / "checkpoint").mkdir()
+        written = write_checkpoint(
+            str(temporary / "checkpoint"), parameters, config={"model": config["model"]}, run=run
+        )
+        _write_config(temporary / "config.yaml", config, source)
+        for name in _SIDE_FILES:
+            if (source.directory / name).is_file():
+                shutil.copyfile(source.directory / name, temporary / name)
+        _check_destination(destination)  # (again: something may have appeared meanwhile)
+        if destination.is_dir():
+            destination.rmdir()
+        os.replace(temporary, destination)
+        temporary = None
+        return written
+    except OSError as error:
+        raise PretrainedError(
+            destination, f"writing it failed: {os_problem(error)}; nothing was left behind"
+        ) from None
+    finally:
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
+
+
+class _Plain(yaml.SafeDumper):
+    """Writes repeated values out in full (no ``&id001`` anchors): the file is for reading."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _write_config(path: pathlib.Path, config: dict[str, Any], source: Source) -> None:
+    head = (
+        f"# {source.architecture} imported from {source.directory.resolve()} by nnx import hf.\n"
+        "# The weights are in checkpoint/ (nnx generate config.yaml --checkpoint checkpoint);\n"
+        "# fine-tune on your text with: nnx train config.yaml data.path=notes.txt\n"
+    )
+    body = yaml.dump(config, Dumper=_Plain, sort_keys=False, default_flow_style=None, width=100)
+    path.write_text(head + body, encoding="utf-8")

@@ -1,0 +1,251 @@
+"""Reading a transformers model directory without trusting it: `Source`.
+
+A directory as ``save_pretrained`` writes it: ``config.json`` (the architecture and its
+sizes), ``model.safetensors`` or shards listed by ``model.safetensors.index.json``, and when
+present ``generation_config.json``, ``tokenizer.json`` and ``tokenizer_config.json``. Every JSON
+file is read bounded in size and depth and must be an object; every file the index names must be
+a plain file name inside the directory; every tensor must be in exactly one file. Each problem
+is a `PretrainedError` naming the file.
+
+Example:
+    >>> from nnx_plugins.pretrained._source import Source
+    >>> source = Source("tests/fixtures/hf/mistral")
+    >>> source.architecture, len(source.files), source.generation["eos_token_id"]
+    ('MistralForCausalLM', 3, 79)
+    >>> source.shape("model.norm.weight")
+    (32,)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .._text import os_problem
+from ._errors import PretrainedError
+from ._safetensors import SafetensorsFile
+
+__all__ = ["Source", "read_json", "MAX_JSON_BYTES", "MAX_JSON_DEPTH"]
+
+MAX_JSON_BYTES = 16 * 1024 * 1024
+"""The largest config.json (or index, generation config) read."""
+MAX_JSON_DEPTH = 32
+"""The deepest nesting of objects and lists a config file may have."""
+
+CONFIG = "config.json"
+SINGLE = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+GENERATION = "generation_config.json"
+TOKENIZER = "tokenizer.json"
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and objects (iteratively: no recursion limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            items = list(item.values())
+        elif isinstance(item, list):
+            items = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        stack.extend((child, level + 1) for child in items)
+    return deepest
+
+
+def read_json(path: pathlib.Path, what: str) -> dict[str, Any]:
+    """The JSON object in ``path``, read bounded (`MAX_JSON_BYTES`, `MAX_JSON_DEPTH`).
+
+    Raises:
+        PretrainedError: unreadable, too large, not JSON, too deep, or not an object.
+    """
+    try:
+        size = path.stat().st_size
+    except OSError as error:
+        raise PretrainedError(path, f"{what} cannot be read: {os_problem(error)}") from None
+    if size > MAX_JSON_BYTES:
+        raise PretrainedError(
+            path,
+            f"{what} is {size:,} bytes, more than the {MAX_JSON_BYTES:,} such a file may have "
+            "(nnx_plugins.pretrained._source.MAX_JSON_BYTES); it is not a file transformers "
+            "wrote",
+        )
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle)
+    except OSError as error:
+        raise PretrainedError(path, f"{what} cannot be read: {os_problem(error)}") from None
+    except RecursionError:
+        raise PretrainedError(path, f"{what} is nested too deeply to be a config") from None
+    except (UnicodeDecodeError, ValueError) as error:
+        raise PretrainedError(path, f"{what} is not valid JSON: {str(error)[:120]}") from None
+    if not isinstance(value, dict):
+        raise PretrainedError(
+            path, f"{what} must hold a JSON object ({{...}}), got a {type(value).__name__}"
+        )
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise PretrainedError(
+            path, f"{what} nests more than {MAX_JSON_DEPTH} levels deep; it is not a config"
+        )
+    return value
+
+
+def _confined(directory: pathlib.Path, name: Any, index: pathlib.Path) -> pathlib.Path:
+    if (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or name != os.path.basename(name)
+        or "\\" in name
+        or "\x00" in name
+    ):
+        raise PretrainedError(
+            index,
+            f"names the tensor file {name!r}, which is not a plain file name inside the model "
+            "directory; refusing to read outside it",
+        )
+    path = directory / name
+    if path.resolve().parent != directory.resolve():
+        raise PretrainedError(
+            index, f"names {name}, a symlink leading out of the model directory; refusing it"
+        )
+    return path
+
+
+class Source:
+    """A transformers model directory: its config, architecture, tensors and side files.
+
+    Args:
+        directory: the directory ``save_pretrained`` wrote.
+
+    Attributes:
+        config: ``config.json``.
+        architecture: the first of ``config["architectures"]``.
+        generation: ``generation_config.json`` (empty when absent).
+        tokenizer: the path of ``tokenizer.json``, or None.
+        files: the safetensors files.
+
+    Raises:
+        PretrainedError: no such directory, no ``config.json``, no safetensors weights, or a
+            malformed file (see the module docstring).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]):
+        self.directory = pathlib.Path(directory)
+        if not self.directory.is_dir():
+            raise PretrainedError(self.directory, "no such directory")
+        config_path = self.directory / CONFIG
+        if not config_path.is_file():
+            raise PretrainedError(
+                self.directory,
+                f"it has no {CONFIG}: give the directory transformers' save_pretrained writes "
+                "(config.json, model.safetensors, ...)",
+            )
+        self.config = read_json(config_path, CONFIG)
+        self.architecture = self._architecture(config_path)
+        generation = self.directory / GENERATION
+        self.generation = read_json(generation, GENERATION) if generation.is_file() else {}
+        tokenizer = self.directory / TOKENIZER
+        self.tokenizer = tokenizer if tokenizer.is_file() else None
+        self.files = self._files()
+        self._where: dict[str, SafetensorsFile] = {}
+        self._open()
+
+    def _architecture(self, path: pathlib.Path) -> str:
+        names = self.config.get("architectures")
+        if (
+            not isinstance(names, list)
+            or not names
+            or not all(isinstance(n, str) and n for n in names)
+        ):
+            raise PretrainedError(
+                path,
+                f"'architectures' must be a list of class names such as ['LlamaForCausalLM'], "
+                f"got {names!r}",
+            )
+        return names[0]
+
+    def _files(self) -> list[pathlib.Path]:
+        index = self.directory / INDEX
+        if index.is_file():
+            weight_map = read_json(index, INDEX).get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise PretrainedError(
+                    index, "'weight_map' must be an object of tensor name -> file name"
+                )
+            self._index = {
+                str(name): _confined(self.directory, file, index)
+                for name, file in weight_map.items()
+            }
+            files = sorted(set(self._index.values()))
+            for path in files:
+                if not path.is_file():
+                    raise PretrainedError(index, f"names {path.name}, which is missing")
+            return files
+        self._index = {}
+        single = self.directory / SINGLE
+        if single.is_file():
+            return [single]
+        others = sorted(p.name for p in self.directory.glob("*.bin")) + sorted(
+            p.name for p in self.directory.glob("*.safetensors")
+        )
+        hint = f" (it holds {', '.join(others[:4])})" if others else ""
+        raise PretrainedError(
+            self.directory,
+            f"it has neither {SINGLE} nor {INDEX}{hint}. Only safetensors weights are read: "
+            "save the model with transformers' save_pretrained (safe_serialization=True)",
+        )
+
+    def _open(self) -> None:
+        for path in self.files:
+            tensors = SafetensorsFile(path)
+            for name in tensors.names():
+                if name in self._where:
+                    raise PretrainedError(
+                        path,
+                        f"holds the tensor {name!r}, which {self._where[name].path} holds "
+                        "too; each tensor must be in one file",
+                    )
+                if self._index and self._index.get(name) not in (None, path):
+                    continue  # (the index places it elsewhere: that file is read for it)
+                self._where[name] = tensors
+        for name, path in self._index.items():
+            if name not in self._where:
+                raise PretrainedError(
+                    path, f"does not hold the tensor {name!r} that {INDEX} places in it"
+                )
+
+    def names(self) -> list[str]:
+        """Every tensor name, sorted."""
+        return sorted(self._where)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._where[name].shape(name)
+
+    def dtype(self, name: str) -> np.dtype:
+        return self._where[name].entries[name].dtype
+
+    def array(self, name: str) -> np.ndarray:
+        """The tensor ``name``, a read-only view of its memory-mapped file."""
+        return self._where[name].array(name)
+
+    def file_of(self, name: str) -> str:
+        return self._where[name].path
+
+    def total_bytes(self) -> int:
+        return sum(os.path.getsize(path) for path in self.files)
+
+    def setting(self, key: str, default: Any = None) -> Any:
+        """``config[key]`` (``default`` when absent)."""
+        return self.config.get(key, default)
+
+    def settings(self) -> Mapping[str, Any]:
+        return self.config

@@ -1,0 +1,1 @@
+"""The built-in converters, one module per family (registered in ``nnx.converters``)."""

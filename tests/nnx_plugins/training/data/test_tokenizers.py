@@ -1,0 +1,140 @@
+"""Tokenizers: bytes and hf (tokenizer.json through the tokenizers library), the tokenizer
+section, the text dataset reading through it, and malformed tokenizer files."""
+
+import pathlib
+
+import numpy as np
+import pytest
+
+import nnx_plugins
+from nnx_plugins import TokenizerError
+from nnx_plugins.training._config import load_train_config
+from nnx_plugins.training.data._tokenizers import BytesTokenizer, HFTokenizer, make_tokenizer
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "hf"
+
+
+def _reference(family):
+    with np.load(FIXTURES / family / "reference.npz") as data:
+        return {k: data[k] for k in data.files}
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_hf_ids_equal_transformers_ids(family):
+    ref = _reference(family)
+    tokenizer = HFTokenizer(str(FIXTURES / family / "tokenizer.json"))
+    for prompt, ids, mask in zip(
+        ref["generate_prompts"], ref["generate_prompt_ids"], ref["generate_attention_mask"]
+    ):
+        assert tokenizer.encode(str(prompt)).tolist() == ids[mask.astype(bool)].tolist()
+    assert tokenizer.vocab_size == 320
+
+
+def test_special_tokens_come_from_tokenizer_config_unless_given():
+    path = str(FIXTURES / "llama" / "tokenizer.json")
+    tokenizer = HFTokenizer(path)
+    assert (tokenizer.bos_token_id, tokenizer.eos_token_ids, tokenizer.pad_token_id) == (1, (2,), 2)
+    given = HFTokenizer(path, eos_token_ids=[170, 2], pad_token_id=0)
+    assert given.eos_token_ids == (170, 2) and given.pad_token_id == 0
+    ids = tokenizer.encode("fox")
+    assert (
+        ids[0] == 1 and tokenizer.encode("fox", special_tokens=False).tolist() == ids[1:].tolist()
+    )
+    assert (
+        tokenizer.decode(ids) == "fox"
+        and tokenizer.decode(ids, skip_special_tokens=False) == "<s>fox"
+    )
+
+
+@pytest.mark.parametrize(
+    "tokenizer", [BytesTokenizer(), HFTokenizer(str(FIXTURES / "gpt2" / "tokenizer.json"))]
+)
+def test_streaming_decode_gives_each_character_once_complete(tokenizer):
+    text = "héllo wörld, ünïcode"
+    stream = tokenizer.stream()
+    pieces = [stream.step(int(i)) for i in tokenizer.encode(text)]
+    assert "".join(pieces) == text and all("\ufffd" not in p for p in pieces)
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (
+            '{"model": {"type": "BPE", "vocab": 3}}',
+            r"bad\.json: not a tokenizer\.json .*line 1 column",
+        ),
+        ("{not json", r"bad\.json: not a tokenizer\.json .*line 1 column 2"),
+        (b"\xff\xfe\x00", r"bad\.json: not UTF-8 text \(byte 0xff at offset 0\)"),
+    ],
+)
+def test_a_malformed_tokenizer_json_is_a_located_error(tmp_path, content, match):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(TokenizerError, match=match):
+        HFTokenizer(str(path)).encode("hi")
+
+
+def test_a_missing_or_huge_tokenizer_file(tmp_path, monkeypatch):
+    with pytest.raises(TokenizerError, match="none.json: cannot be read: No such file"):
+        HFTokenizer(str(tmp_path / "none.json")).vocab_size  # noqa: B018
+    monkeypatch.setattr("nnx_plugins.training.data._tokenizers.MAX_TOKENIZER_BYTES", 10)
+    (tmp_path / "big.json").write_text("{" + " " * 20 + "}")
+    with pytest.raises(
+        TokenizerError, match="22 bytes, more than the 10 a tokenizer.json may have"
+    ):
+        HFTokenizer(str(tmp_path / "big.json")).vocab_size  # noqa: B018
+    with pytest.raises(TokenizerError, match="path must name a tokenizer.json file"):
+        HFTokenizer("")
+
+
+def test_the_section_resolves_its_path_and_feeds_the_text_dataset(tmp_path):
+    (tmp_path / "tok").mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / "tok" / name).write_bytes((FIXTURES / "llama" / name).read_bytes())
+    (tmp_path / "notes.txt").write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    (tmp_path / "run.yaml").write_text(
+        "model: {type: Linear, in_features: 2, out_features: 2}\n"
+        "tokenizer: {type: hf, path: tok/tokenizer.json}\n"
+        "data: {type: text, path: notes.txt, seq_len: 8}\n"
+        "task: {type: language_model}\n"
+    )
+    config = load_train_config(tmp_path / "run.yaml")
+    assert config.sections["tokenizer"].arguments["path"] == str(
+        tmp_path / "tok" / "tokenizer.json"
+    )
+    data = config.sections["data"].make()
+    tokenizer = config.sections["tokenizer"].make()
+    assert data.describe().vocab_size == 320
+    expected = tokenizer.encode("The quick brown fox", special_tokens=False).tolist()
+    assert data.tokens[: len(expected)].tolist() == expected
+    assert data.state() == {
+        "level": "tokenizer",
+        "tokenizer": config.sections["data"].arguments["tokenizer"],
+    }
+
+
+def test_the_default_tokenizer_is_bytes_and_leaves_the_data_alone():
+    config = load_train_config(
+        {
+            "model": {"type": "Linear", "in_features": 2, "out_features": 2},
+            "data": {"type": "text", "path": "stdlib:json", "seq_len": 8},
+            "task": "language_model",
+        }
+    )
+    assert (
+        "tokenizer" not in config.sections["data"].arguments
+        or config.sections["data"].arguments["tokenizer"] is None
+    )
+    assert make_tokenizer(None).vocab_size == 256
+
+
+def test_an_unknown_tokenizer_type_is_a_config_error():
+    with pytest.raises(
+        nnx_plugins.ConfigError, match=r"tokenizer\.type: .*Unknown tokenizer 'sentencepiece'"
+    ):
+        load_train_config(
+            {
+                "model": {"type": "Linear", "in_features": 2, "out_features": 2},
+                "tokenizer": {"type": "sentencepiece"},
+            }
+        )
