@@ -104,6 +104,8 @@ _EXPORTS = {
     # pretrained models out
     "export_jax": ".pretrained._export_jax",
     "JaxExport": ".pretrained._export_jax",
+    "export_hf": ".pretrained._export_hf",
+    "HfExport": ".pretrained._export_hf",
     "ExportError": ".pretrained._exporting",
 }
 
@@ -156,6 +158,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .pretrained._convert import Converter as Converter
     from .pretrained._convert import Rule as Rule
     from .pretrained._errors import PretrainedError as PretrainedError
+    from .pretrained._export_hf import HfExport as HfExport
+    from .pretrained._export_hf import export_hf as export_hf
     from .pretrained._export_jax import JaxExport as JaxExport
     from .pretrained._export_jax import export_jax as export_jax
     from .pretrained._exporting import ExportError as ExportError
