@@ -6,10 +6,10 @@ allows it; its weights are constants of the program. The file holds StableHLO an
 output shapes: ``jax.export.deserialize(FILE.read_bytes()).call(x)`` runs it with plain jax,
 without nnx installed.
 
-The input is ``(batch, *one example)`` of the config's ``data`` section (token ids
-``int32[b, t]`` for text; ``float32[b, 8, 8, 1]`` for the digits images), or of a
-``language_model`` task without readable data (``int32[b, t]``), or ``input_shape``: every axis
-a size or a name (jax's symbolic shape syntax: ``"b, 128"``, ``"1, 8, 8, 1"``). A symbolic
+The input is token ids ``int32[b, t]`` for a ``language_model`` task, else ``(batch, *one
+example)`` of the config's ``data`` section (``float32[b, 8, 8, 1]`` for the digits images), or
+``input_shape``: every axis a size or a name (jax's symbolic shape syntax: ``"b, 128"``,
+``"1, 8, 8, 1"``). A symbolic
 length is bounded by the model's maximum length where a layer has one (`PositionEmbed`).
 
 Example:
@@ -132,21 +132,22 @@ def export_jax(
 
 # -- the input ---------------------------------------------------------------------------------
 def _described_input(loaded: Any) -> _Input | None:
-    """The input the config's data section (or a language-model task) describes, if any:
-    ``loaded`` holds the sections written in the config, no defaults."""
-    data = loaded.sections.get("data")
-    spec = data.data_spec(loaded) if data is not None else None
-    if spec is not None:
-        example = spec.example
-        dtype = np.dtype(example.dtype).name
-        axes: list[int | str] = ["b", *example.shape]
-        if len(example.shape) == 1 and np.issubdtype(example.dtype, np.integer):
-            axes[1] = "t"  # (a sequence of token ids: any length)
-        return _Input(tuple(axes), dtype, spec.origin, (2, *example.shape))
-    task = loaded.sections.get("task")
+    """The input a language-model task (token ids, without reading the data) or the config's
+    data section describes, if any: ``loaded`` holds the sections written in the config."""
+    task, data = loaded.sections.get("task"), loaded.sections.get("data")
     if task is not None and task.type == "language_model":
-        return _Input(("b", "t"), "int32", "the language_model task (token ids)", (2, 8))
-    return None
+        length = data.arguments.get("seq_len") if data is not None else None
+        sample = length if isinstance(length, int) and length > 0 else 8
+        return _Input(("b", "t"), "int32", "the language_model task (token ids)", (2, sample))
+    spec = data.data_spec(loaded) if data is not None else None
+    if spec is None:
+        return None
+    example = spec.example
+    axes: list[int | str] = ["b", *example.shape]
+    if len(example.shape) == 1 and np.issubdtype(example.dtype, np.integer):
+        axes[1] = "t"  # (a sequence of token ids: any length)
+    dtype = np.dtype(example.dtype).name
+    return _Input(tuple(axes), dtype, spec.origin, (2, *example.shape))
 
 
 def _input(

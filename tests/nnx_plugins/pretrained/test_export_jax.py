@@ -272,3 +272,19 @@ def test_a_checkpoint_that_does_not_fit_is_a_checkpoint_error(cnn, tmp_path):
     with pytest.raises(nnx_plugins.CheckpointError, match=r"model\.kernel|missing|unexpected"):
         export_jax(other, checkpoint=checkpoint, out=tmp_path / "x.jax")
     assert not (tmp_path / "x.jax").exists()
+
+
+def test_an_imported_language_model_exports_with_a_bounded_symbolic_length(imported, tmp_path):
+    """The tiny Llama of the fixtures: token ids of any batch and length up to its 64
+    positions (its max_length), with the model's logits; the data is not read."""
+    source = imported("llama")
+    result = export_jax(
+        source / "config.yaml", checkpoint=source / "checkpoint", out=tmp_path / "llama.jax"
+    )
+    assert (result.inputs, result.outputs) == ("int32[b,t]", "float32[b,t,320]")
+    exported = jax.export.deserialize(result.path.read_bytes())
+    tokens = np.arange(3 * 7, dtype=np.int32).reshape(3, 7) % 320
+    model = nnx_plugins.load(source / "checkpoint")
+    np.testing.assert_allclose(exported.call(tokens), model(tokens), rtol=1e-5, atol=1e-5)
+    with pytest.raises(Exception):  # noqa: B017 - jax's own refusal; its words vary by version
+        exported.call(np.zeros((1, 65), np.int32))
