@@ -15,7 +15,7 @@ import errno
 import re
 from collections.abc import Iterable, Sequence
 
-__all__ = ["format_path", "suggest", "close_matches", "os_problem"]
+__all__ = ["format_path", "suggest", "close_matches", "os_problem", "content_kind"]
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _REASONS = {
@@ -107,3 +107,31 @@ def os_problem(error: OSError) -> str:
     code = errno.errorcode.get(error.errno or 0, "")
     reason = _REASONS.get(error.errno or 0, error.strerror or str(error))
     return f"{reason} ({code})" if code else reason
+
+
+def content_kind(value: object) -> str:
+    """What a value read from a file is, by type and size, never by content: what an error
+    about a file the config may not have been meant to read says it holds.
+
+    Example:
+        >>> from nnx_plugins._text import content_kind
+        >>> content_kind("root:x:0:0:root:/root:/bin/bash")
+        'text of 31 characters'
+        >>> content_kind([1, 2]), content_kind({"a": 1}), content_kind(3.5), content_kind(None)
+        ('a list of 2 items', 'a mapping of 1 key', 'a number (float)', 'null')
+    """
+    if isinstance(value, str):
+        return f"text of {len(value):,} character{'s' * (len(value) != 1)}"
+    if isinstance(value, (bytes, bytearray)):
+        return f"{len(value):,} byte{'s' * (len(value) != 1)}"
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value):,} item{'s' * (len(value) != 1)}"
+    if isinstance(value, dict):
+        return f"a mapping of {len(value):,} key{'s' * (len(value) != 1)}"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return f"a number ({type(value).__name__})"
+    return f"a {type(value).__name__}"

@@ -144,46 +144,68 @@ def _build(args: argparse.Namespace) -> int:
     from ..config._load import load_config  # (here: the listing commands stay light)
     from ..config._summary import summarize  # (here: the listing commands stay light)
     from ..training._config import load_train_config  # (here: the listing commands stay light)
-    from ..training._memory import human_bytes  # (here: the listing commands stay light)
 
     given = one_file(args, "build FILE [KEY=VALUE...] [--summary]")
     if given is None:
         return 2
     try:
-        config = load_train_config(load_config(given[0], overrides=given[1]))
+        loaded = load_config(given[0], overrides=given[1])
+        config = load_train_config(loaded)
         summary = summarize(config)
+        outputs = _layer_outputs(loaded, args) if args.summary else None  # (its own data only)
     except ConfigError as error:
         report(str(error))
         return 1
     screen = console()
     if args.summary:
-        rows = [
-            (
-                layer.path,
-                layer.type + (f" x{layer.blocks}" if layer.blocks > 1 else ""),
-                layer.note
-                or ", ".join(f"{v.name} {v.shape} {v.dtype} [{v.kind}]" for v in layer.variables),
-                f"{layer.count:,}",
-                human_bytes(layer.nbytes),
-            )
-            for layer in summary.layers
-        ]
-        screen.print(
-            table(
-                f"{given[0]} (built abstractly, nothing allocated)",
-                ("Layer", "Type", "Variables", "Count", "Bytes"),
-                rows,
-            )
-        )
-        kinds = [
-            (kind, f"{c:,}", human_bytes(b)) for kind, (c, b) in sorted(summary.by_kind.items())
-        ]
-        screen.print(table("per Variable kind", ("Kind", "Count", "Bytes"), kinds))
+        _print_summary(screen, given[0], summary, outputs)
     screen.print(
-        f"total: {summary.total_count:,} values, {human_bytes(summary.total_bytes)} "
+        f"total: {summary.total_count:,} values, {_human(summary.total_bytes)} "
         f"({summary.total_bytes:,} bytes)"
     )
     return _memory(config, summary.state, allow_large=args.allow_large)
+
+
+def _human(nbytes: int) -> str:
+    from ..training._memory import human_bytes  # (here: the listing commands stay light)
+
+    return human_bytes(nbytes)
+
+
+def _layer_outputs(config: Any, args: argparse.Namespace) -> Any:
+    """Each layer's abstract output when the input is known (``--input-shape`` or the data
+    section), else ``None``."""
+    from ..config._shapes import check_model  # (here: the listing commands stay light)
+
+    check = check_model(config, data=_data_spec(args))
+    return check.outputs if check.data is not None else None
+
+
+def _print_summary(screen: Any, name: str, summary: Any, outputs: Any) -> None:
+    from ..config._summary import spell_output, with_outputs  # (here: listing stays light)
+
+    layers = with_outputs(summary, outputs) if outputs is not None else summary.layers
+    rows = [
+        (
+            layer.path,
+            layer.type + (f" x{layer.blocks}" if layer.blocks > 1 else ""),
+            spell_output(layer.output) if outputs is not None and layer.output is not None else "",
+            layer.note
+            or ", ".join(f"{v.name} {v.shape} {v.dtype} [{v.kind}]" for v in layer.variables),
+            f"{layer.count:,}",
+            _human(layer.nbytes),
+        )
+        for layer in layers
+    ]
+    columns = ("Layer", "Type", "Output", "Variables", "Count", "Bytes")
+    screen.print(table(f"{name} (built abstractly, nothing allocated)", columns, rows))
+    if outputs is None:
+        screen.print(
+            "output shapes: give --input-shape (one example's shape) or a data section",
+            soft_wrap=True,
+        )
+    kinds = [(kind, f"{c:,}", _human(b)) for kind, (c, b) in sorted(summary.by_kind.items())]
+    screen.print(table("per Variable kind", ("Kind", "Count", "Bytes"), kinds))
 
 
 def _memory(config: Any, state: Any, *, allow_large: bool) -> int:
@@ -202,6 +224,22 @@ def _memory(config: Any, state: Any, *, allow_large: bool) -> int:
         report(str(error))
         return 1
     return 0
+
+
+def _add_input_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--input-shape",
+        type=_input_shape,
+        default=None,
+        metavar="N[,N...]",
+        help="one example's shape without the batch axis, e.g. 8,8,1 (overrides the data section)",
+    )
+    parser.add_argument(
+        "--input-dtype",
+        default="float32",
+        choices=("float32", "float16", "bfloat16", "int32", "int64"),
+        help="the input's dtype with --input-shape (default float32)",
+    )
 
 
 _OVERRIDE_HELP = (
@@ -225,19 +263,7 @@ def add_commands(subparsers: Any) -> None:
         "files", nargs="+", metavar="FILE [KEY=VALUE]", help="config files, then overrides"
     )
     validate.set_defaults(overrides=[])
-    validate.add_argument(
-        "--input-shape",
-        type=_input_shape,
-        default=None,
-        metavar="N[,N...]",
-        help="one example's shape without the batch axis, e.g. 8,8,1 (overrides the data section)",
-    )
-    validate.add_argument(
-        "--input-dtype",
-        default="float32",
-        choices=("float32", "float16", "bfloat16", "int32", "int64"),
-        help="the input's dtype with --input-shape (default float32)",
-    )
+    _add_input_options(validate)
     show = add_command(
         config,
         "show",
@@ -255,8 +281,10 @@ def add_commands(subparsers: Any) -> None:
     build.add_argument(
         "--summary",
         action="store_true",
-        help="shapes, counts and bytes per layer and per Variable kind",
+        help="each layer's output shape (when the input is known), Variables, counts and bytes; "
+        "the totals per Variable kind",
     )
+    _add_input_options(build)
     build.add_argument(
         "--allow-large",
         action="store_true",

@@ -22,6 +22,7 @@ import argparse
 from typing import Any
 
 from .._errors import NnxError
+from ._checkpoint import CHECKPOINT_OPTION, resolve_checkpoint
 from ._config import one_file
 from ._output import add_command, report
 
@@ -31,14 +32,17 @@ __all__ = ["add_commands"]
 def _export_jax(args: argparse.Namespace) -> int:
     from ..config._load import load_config  # (here: listing stays light)
     from ..pretrained._export_jax import export_jax  # (here: listing stays light)
+    from ..training._config import load_train_config  # (here: listing stays light)
 
     given = one_file(args, "export jax FILE --checkpoint DIR --out FILE [options] [KEY=VALUE...]")
     if given is None:
         return 2
     try:
+        config = load_config(given[0], overrides=given[1])
+        chosen = resolve_checkpoint(args.checkpoint, load_train_config(config))
         result = export_jax(
-            load_config(given[0], overrides=given[1]),
-            checkpoint=args.checkpoint,
+            config,
+            checkpoint=chosen.path,
             out=args.out,
             input_shape=args.input_shape,
             input_dtype=args.input_dtype,
@@ -56,14 +60,17 @@ def _export_jax(args: argparse.Namespace) -> int:
 def _export_hf(args: argparse.Namespace) -> int:
     from ..config._load import load_config  # (here: listing stays light)
     from ..pretrained._export_hf import export_hf  # (here: listing stays light)
+    from ..training._config import load_train_config  # (here: listing stays light)
 
     given = one_file(args, "export hf FILE --checkpoint DIR --out DIR [options] [KEY=VALUE...]")
     if given is None:
         return 2
     try:
+        config = load_config(given[0], overrides=given[1])
+        chosen = resolve_checkpoint(args.checkpoint, load_train_config(config))
         result = export_hf(
-            load_config(given[0], overrides=given[1]),
-            checkpoint=args.checkpoint,
+            config,
+            checkpoint=chosen.path,
             out=args.out,
             hf_config=args.hf_config,
         )
@@ -87,12 +94,7 @@ def _common(parser: argparse.ArgumentParser, out: str) -> None:
         metavar="KEY=VALUE",
         help="set a value by path, as for nnx train (e.g. data.path=notes.txt)",
     )
-    parser.add_argument(
-        "--checkpoint",
-        metavar="DIR",
-        required=True,
-        help="a checkpoint directory, or a directory of step_N checkpoints (the newest)",
-    )
+    parser.add_argument("--checkpoint", **CHECKPOINT_OPTION)
     parser.add_argument(
         "--out", metavar=out, required=True, help=f"the {out.lower()} to write; it must not exist"
     )

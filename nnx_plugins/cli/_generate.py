@@ -17,11 +17,14 @@ Example:
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
 from .._errors import NnxError
+from ._checkpoint import CHECKPOINT_OPTION, resolve_checkpoint
 from ._config import one_file
+from ._output import report
 
 __all__ = ["add_commands"]
 
@@ -29,14 +32,17 @@ __all__ = ["add_commands"]
 def _generate(args: argparse.Namespace) -> int:
     from ..config._load import load_config  # (here: listing stays light)
     from ..generation._generate import generate  # (here: listing stays light)
+    from ..training._config import load_train_config  # (here: listing stays light)
 
     given = one_file(args, "generate FILE --checkpoint DIR --prompt TEXT [options] [KEY=VALUE...]")
     if given is None:
         return 2
     try:
+        config = load_train_config(load_config(given[0], overrides=given[1]))
+        chosen = resolve_checkpoint(args.checkpoint, config)
         result = generate(
-            load_config(given[0], overrides=given[1]),
-            checkpoint=args.checkpoint,
+            config,
+            checkpoint=chosen.path,
             prompt=args.prompt,
             max_tokens=args.max_tokens,
             temperature=args.temperature,
@@ -44,23 +50,48 @@ def _generate(args: argparse.Namespace) -> int:
             seed=args.seed,
         )
     except NnxError as error:  # (configs, checkpoints, data, prompts: they say where)
-        print(f"nnx: error: {error}", file=sys.stderr)
+        report(f"nnx: error: {error}")
         return 1
-    print(result.prompt + result.text)
+    write_text(result.prompt + result.text + "\n")
     rate = len(result.tokens) / max(result.seconds, 1e-9)
-    print(
-        f"nnx: {len(result.tokens)} tokens from {result.checkpoint} (step {result.step}) in "
-        f"{result.seconds:.1f} s ({rate:.0f} tokens/s, compilation included)",
-        file=sys.stderr,
+    why = f", {chosen.note}" if chosen.note else ""
+    held = len(result.unfinished)
+    unfinished = (
+        f"; {held} byte{'s' * (held != 1)} of a character the last tokens did not finish held "
+        "back (invalid UTF-8 alone)"
+        if held
+        else ""
+    )
+    report(
+        f"nnx: {len(result.tokens)} tokens from {result.checkpoint} (step {result.step}{why}) "
+        f"in {result.seconds:.1f} s ({rate:.0f} tokens/s, compilation included){unfinished}"
     )
     return 0
 
 
-def _whole(least: int) -> Any:
+def write_text(text: str) -> None:
+    """Write ``text`` on stdout as UTF-8, whatever the locale's encoding (a character it
+    cannot spell is no reason to fail after the work is done)."""
+    sys.stdout.flush()
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # (a text-only stream, e.g. captured in a test)
+        sys.stdout.write(text)
+    else:
+        buffer.write(text.encode("utf-8"))
+    sys.stdout.flush()
+
+
+_DIGITS = re.compile(r"[0-9]{1,30}\Z")
+
+
+def _whole(least: int, most: int | None = None) -> Any:
     def parse(text: str) -> int:
-        if not text.isdigit() or int(text) < least:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, got {text!r}")
-        return int(text)
+        value = int(text) if _DIGITS.match(text) else None
+        if value is None or value < least or (most is not None and value > most):
+            shown = repr(text) if len(text) <= 40 else f"{len(text):,} characters"
+            bounds = f">= {least}" if most is None else f"from {least} to {most:,}"
+            raise argparse.ArgumentTypeError(f"expected a whole number {bounds}, got {shown}")
+        return value
 
     return parse
 
@@ -71,8 +102,9 @@ def _temperature(text: str) -> float:
     except ValueError:
         value = -1.0
     if not value >= 0 or value == float("inf"):
+        shown = repr(text) if len(text) <= 40 else f"{len(text):,} characters"
         raise argparse.ArgumentTypeError(
-            f"expected a number >= 0 (0 is greedy decoding), got {text!r}"
+            f"expected a finite number >= 0 (0 is greedy decoding), got {shown}"
         )
     return value
 
@@ -89,12 +121,7 @@ def add_commands(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="set a value by path, as for nnx train (e.g. data.path=notes.txt)",
     )
-    parser.add_argument(
-        "--checkpoint",
-        metavar="DIR",
-        required=True,
-        help="a checkpoint directory, or a directory of step_N checkpoints (the newest)",
-    )
+    parser.add_argument("--checkpoint", **CHECKPOINT_OPTION)
     parser.add_argument("--prompt", metavar="TEXT", required=True, help="the text to continue")
     parser.add_argument(
         "--max-tokens",
@@ -119,5 +146,9 @@ def add_commands(subparsers: Any) -> None:
         help="draw among the K most likely tokens only (default: all)",
     )
     parser.add_argument(
-        "--seed", metavar="S", type=_whole(0), default=0, help="random seed (default 0)"
+        "--seed",
+        metavar="S",
+        type=_whole(0, 2**63 - 1),
+        default=0,
+        help="random seed, 0 to 2**63-1 as train.seed (default 0)",
     )

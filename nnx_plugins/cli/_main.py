@@ -3,7 +3,7 @@
 One module per command group adds its subcommands (``add_commands``): `_plugins`, `_names`
 (layers and Variable kinds), `_run_parts` (tasks, datasets, metrics, loggers, callbacks),
 `_config` (validate, schema, build), `_train` (train, eval), `_generate` (generate) and
-`_export` (export jax).
+`_predict` (predict), `_export` (export jax, export hf).
 Listing commands read package metadata only: they import neither jax nor pydantic nor any
 plugin, so each group imports heavy modules inside its handlers.
 
@@ -16,27 +16,62 @@ Example:
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import platform
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from .._text import suggest
 from ..registry._errors import PluginError
-from . import _config, _export, _generate, _import, _names, _plugins, _run_parts, _train
+from . import _config, _export, _generate, _import, _names, _plugins, _predict, _run_parts, _train
 from ._config import usage_error
 from ._output import fail, keep_stderr, plugin_warnings_as_lines, registry, report
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "version_text"]
 
-_GROUPS = (_plugins, _names, _run_parts, _config, _train, _generate, _import, _export)
+_GROUPS = (_plugins, _names, _run_parts, _config, _train, _generate, _import, _predict, _export)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``nnx`` argument parser with every command group."""
     parser = argparse.ArgumentParser(prog="nnx", description="nnx: plugins, layers and configs.")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print the versions of nnx, jax and Python"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in _GROUPS:
         group.add_commands(commands)
     return parser
+
+
+def version_text() -> str:
+    """What ``nnx --version`` prints: nnx's version and those of what it runs on, read from
+    package metadata (nothing is imported, so it is as fast as the listing commands).
+
+    Example:
+        >>> from nnx_plugins.cli._main import version_text
+        >>> version_text().split()[:2]
+        ['nnx', '0.1.0']
+    """
+    found = {}
+    for name in ("nnx-jax", "jax", "jaxlib"):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return (
+        f"nnx {found['nnx-jax']} (distribution nnx-jax; jax {found['jax']}, jaxlib "
+        f"{found['jaxlib']}, Python {platform.python_version()})"
+    )
+
+
+class _Version(argparse.Action):
+    """``--version``: print `version_text` and exit 0 (computed only when asked)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        print(version_text())
+        parser.exit(0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

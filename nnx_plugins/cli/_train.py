@@ -27,6 +27,7 @@ from rich.console import Console
 
 from .._errors import NnxError
 from ..training._address import address_problem
+from ._checkpoint import CHECKPOINT_OPTION, resolve_checkpoint
 from ._config import one_file
 from ._output import report
 from ._supervise import supervise
@@ -63,8 +64,9 @@ def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
             if group is not None and group.process_id != 0:
                 _quiet_stdout()  # (process 0 reports for all; errors still go to stderr)
             mesh = parse_mesh(args.mesh) if args.mesh is not None else None
+            config = load_config(given[0], overrides=given[1])
             result = train(
-                load_config(given[0], overrides=given[1]),
+                config,
                 run_dir=args.run_dir,
                 resume=args.resume,
                 mesh=mesh,
@@ -90,7 +92,8 @@ def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
             f"{_what_was_trained(result)}; run directory {result.run_dir}", soft_wrap=True
         )
         console.print(f"checkpoint: {result.checkpoint}", soft_wrap=True)
-        console.print(describe_metrics(result.metrics), soft_wrap=True)
+        summary = describe_metrics(result.metrics, token=token_name(config))
+        console.print(summary, soft_wrap=True)
     return 0
 
 
@@ -143,6 +146,20 @@ def _quiet_stdout() -> None:
     os.close(null)
 
 
+def token_name(config: Any) -> str:
+    """What a token of the config's data is, in words (its dataset's ``token_name``:
+    ``byte`` for text read as bytes), for the summary of a language model; ``token`` when the
+    data does not say (or cannot be made: the run reported that already)."""
+    from ..training._config import load_train_config  # (here: listing stays light)
+
+    try:
+        data = load_train_config(config).sections["data"].make()
+    except Exception:  # noqa: BLE001 - only words of a summary depend on it
+        return "token"
+    name = getattr(data, "token_name", "token")
+    return name if isinstance(name, str) and name.isidentifier() else "token"
+
+
 def _what_was_trained(result: Any) -> str:
     """What this command did, in words that stay true after a resume."""
     if result.steps_trained == 0:
@@ -159,18 +176,25 @@ def _what_was_trained(result: Any) -> str:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from ..config._load import load_config  # (here: listing stays light)
+    from ..training._config import load_train_config  # (here: listing stays light)
     from ..training._evaluation import describe_metrics  # (here: listing stays light)
     from ..training._loop import evaluate  # (here: listing stays light)
 
+    given = one_file(args, "eval FILE --checkpoint DIR [KEY=VALUE...]")
+    if given is None:
+        return 2
     try:
-        metrics = evaluate(args.file, args.checkpoint)
+        config = load_train_config(load_config(given[0], overrides=given[1]))
+        chosen = resolve_checkpoint(args.checkpoint, config)
+        metrics = evaluate(config, chosen.path)
     except NnxError as error:
         report(str(error))
         return 1
     values = {k: v for k, v in metrics.items() if k not in ("step", "checkpoint")}
-    print(
-        f"checkpoint {metrics['checkpoint']} (step {metrics['step']}): {describe_metrics(values)}"
-    )
+    why = f", {chosen.note}" if chosen.note else ""
+    summary = describe_metrics(values, token=token_name(config))
+    print(f"checkpoint {metrics['checkpoint']} (step {metrics['step']}{why}): {summary}")
     return 0
 
 
@@ -216,13 +240,14 @@ def add_commands(subparsers: Any) -> None:
     text = "evaluate a checkpoint on the test split of a config's data"
     parser = subparsers.add_parser("eval", help=text, description=text)
     parser.set_defaults(handler=_eval)
-    parser.add_argument("file", metavar="FILE")
+    parser.add_argument("file", metavar="FILE", help="the config the model was trained with")
     parser.add_argument(
-        "--checkpoint",
-        metavar="DIR",
-        required=True,
-        help="a checkpoint directory, or a directory of step_N checkpoints",
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="set a value by path, as for nnx train (e.g. data.path=other.npz)",
     )
+    parser.add_argument("--checkpoint", **CHECKPOINT_OPTION)
 
 
 def _add_process_options(parser: argparse.ArgumentParser) -> None:

@@ -28,7 +28,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._text import format_path
+from .._text import content_kind, format_path
 from ._errors import ConfigError, Problem
 from ._limits import Budget
 from ._paths import PathSyntaxError, path_prefix
@@ -195,19 +195,42 @@ def _finish(reading: _Reading) -> Source:
 
 def _add_included(parent: _Reading, path: Path, included: Source) -> None:
     data = included.data
-    if data is None:  # (an empty file adds nothing)
+    if data is None and not included.problems:  # (an empty file adds nothing)
         return
-    if not isinstance(data, dict):
+    if not isinstance(data, dict):  # (not a config: said by its type and size, never quoted)
         parent.problems.append(
             parent.source.problem(
                 path,
-                f"cannot include {included.name}: it holds {type(data).__name__} "
-                f"{data!r:.40}, not a mapping of sections. An included file is merged key by "
-                "key under this one.",
+                f"cannot include {_file_named(included.name)}: it holds {held(data, included)}, "
+                "not a mapping of sections. An included file is merged key by key under this "
+                "one; nothing of it was used.",
             )
         )
         return
     parent.merged = included if parent.merged is None else merge(parent.merged, included)
+
+
+def held(data: Any, source: Source) -> str:
+    """What a file that is not a config holds, by type and size only (never its content: it
+    may be a file the config was not meant to read, e.g. a link to /etc/passwd)."""
+    try:
+        size = f" in {os.path.getsize(source.name):,} bytes"
+    except (OSError, ValueError):
+        size = ""
+    if data is None:
+        return (
+            f"one value that cannot be read{size}" if source.problems else "nothing (it is empty)"
+        )
+    return f"{content_kind(data)}{size}"
+
+
+def _file_named(name: str) -> str:
+    """``name``, and where it leads when it is a symbolic link."""
+    try:
+        real = os.path.realpath(name)
+    except (OSError, ValueError):
+        return name
+    return f"{name} (a link to {real})" if os.path.islink(name) else name
 
 
 def _too_many_files(

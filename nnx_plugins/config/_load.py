@@ -27,9 +27,9 @@ from typing import Any
 import pydantic
 import yaml
 
-from .._text import suggest
+from .._text import close_matches, suggest
 from ..registry._registry import Registry, default_registry
-from ._compose import INCLUDE, compose
+from ._compose import INCLUDE, compose, held
 from ._errors import ConfigError, Problem
 from ._interpolate import escape, interpolate
 from ._limits import Budget, ConfigLimits
@@ -149,9 +149,11 @@ def _validate(
     paths) is already reported, so what validation says about it is left out."""
     data = source.data
     walker = Walker(source, registry)
-    if not isinstance(data, Mapping):
-        walker.add((), f"expected a mapping with a 'model' section, got {describe(data)}.")
-        raise ConfigError(_in_order(walker.problems, source, unresolved))
+    if not isinstance(data, Mapping):  # (not a config: its type and size, never its content)
+        got = "an empty file" if data is None and not source.problems else held(data, source)
+        raise ConfigError(
+            [source.problem((), f"expected a mapping with a 'model' section, got {got}.")]
+        )
     models = registered_sections(registry)
     known = [*RESERVED, *models]
     sections: dict[str, Any] = {}
@@ -171,21 +173,53 @@ def _validate(
             )
     if "model" not in data:
         walker.add((), "missing the 'model' section describing the layers.")
-        raise ConfigError(_in_order(walker.problems, source, unresolved))
+        raise ConfigError(_in_order(walker.problems, source, unresolved, known))
     walker.prefer = dict(plugins.prefer) if plugins is not None else {}
     normalized = walker.node(data["model"], ("model",))
     if walker.problems or source.problems or normalized is None:
-        raise ConfigError(_in_order(walker.problems, source, unresolved))
+        raise ConfigError(_in_order(walker.problems, source, unresolved, known))
     return Config(normalized, sections, walker.prefer, source.name, tuple(files), source)
 
 
-def _in_order(problems: list[Problem], source: Source, unresolved: frozenset[Any]) -> list[Problem]:
+def _foreign_files(source: Source, known: Sequence[str]) -> dict[str, list[Problem]]:
+    """Included files that are no config: a top-level key that is no section and close to
+    none (``apiVersion`` of a Kubernetes secret). Their problems are replaced by one each that
+    shows nothing of their content (names and values may be secrets)."""
+    found: dict[str, list[tuple[int, int]]] = {}
+    for key in source.data:
+        origin = source.file_of((key,))
+        if key in known or origin == source.name or origin.startswith("<override"):
+            continue
+        if not close_matches(key, [*known, INCLUDE]):
+            found.setdefault(origin, []).append(source.keys.get((key,)) or (0, 0))
+    replaced = {}
+    for name, places in found.items():
+        lines = ", ".join(str(line) for line, _ in sorted(places)[:10])
+        line, column = min(places)
+        message = (
+            f"not a config file: the top-level key{'s' * (len(places) > 1)} at line{'s' * (len(places) > 1)} "
+            f"{lines} {'are' if len(places) > 1 else 'is'} no config section (nor close to one), so "
+            "nothing of this file is shown or used. Include only config files (sections: "
+            f"{', '.join(sorted(known))})."
+        )
+        replaced[name] = [Problem((), message, name, line or None, column or None)]
+    return replaced
+
+
+def _in_order(
+    problems: list[Problem], source: Source, unresolved: frozenset[Any], known: Sequence[str]
+) -> list[Problem]:
     """The reader's and validation's problems by file (the config first, then includes, then
-    overrides), line and column; none about a value whose interpolation failed."""
+    overrides), line and column; none about a value whose interpolation failed, and one
+    problem for an included file that is no config (`_foreign_files`)."""
     problems = [
         *source.problems,
         *(p for p in problems if not any(p.path[: len(u)] == u for u in unresolved)),
     ]
+    if isinstance(source.data, Mapping):
+        foreign = _foreign_files(source, known)
+        problems = [p for p in problems if p.source not in foreign]
+        problems += [p for replaced in foreign.values() for p in replaced]
     files = {name: rank for rank, name in enumerate(dict.fromkeys(source.files.values()), 1)}
     files[source.name] = 0
     return sorted(

@@ -92,12 +92,16 @@ class ModelCheck:
         data: the `DataSpec` the model was run on (``None``: built only, not run).
         state: the model's abstract state (`nnx_core.State` of ``jax.ShapeDtypeStruct``).
         output: the abstract output for a batch of `BATCH` (``None`` when not run).
+        outputs: the abstract output of every layer run, by its path in the model
+            (``("model", "layers", 0)``), in the order they ran (empty when not run): the
+            layers of a `Sequential` one by one, any other layer as a whole.
     """
 
     config: Config
     data: DataSpec | None
     state: Any
     output: Any = None
+    outputs: dict[Path, Any] = dataclasses.field(default_factory=dict)
 
 
 def spell(value: Any) -> str:
@@ -129,6 +133,7 @@ class _Forward:
         self.paths = {id(m): ("model", *p) for p, m in model.iter_modules()}
         self.failure: tuple[Path, str] | None = None
         self.last: Path = ("model",)
+        self.outputs: dict[Path, Any] = {}  # (each layer run, in order: its abstract output)
 
     def run(self, layer: Any, path: Path, x: Any, previous: str) -> Any:
         if isinstance(layer, Sequential):
@@ -142,11 +147,14 @@ class _Forward:
         self.last = path
         try:
             if isinstance(x, tuple):
-                return layer(*x)
-            return layer(**x) if isinstance(x, dict) else layer(x)
+                out = layer(*x)
+            else:
+                out = layer(**x) if isinstance(x, dict) else layer(x)
         except Exception as error:  # noqa: BLE001 - any failure is reported at its layer
             self.failure = self._locate(error, layer, path, x, previous)
             return None
+        self.outputs[path] = jax.tree.map(_abstract, out)
+        return out
 
     def _locate(self, error: Exception, layer: Any, path: Path, x: Any, previous: str) -> Any:
         """The innermost module of the model running when ``error`` was raised, and what it
@@ -169,6 +177,13 @@ class _Forward:
         return culprit, (
             f"{what} cannot take {spell(received)}{source}: {type(error).__name__}: {text}"
         )
+
+
+def _abstract(leaf: Any) -> Any:
+    """A traced array as its shape and dtype (what outlives the trace)."""
+    if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)
+    return leaf
 
 
 def _name(layer: Any) -> str:
@@ -270,7 +285,7 @@ def check_model(
     if problem is not None:
         where = _output_path(model) if isinstance(model, nnx_core.Module) else ("model",)
         raise ConfigError([source.problem(where, problem)])
-    return ModelCheck(loaded, data, state, output)
+    return ModelCheck(loaded, data, state, output, dict(forward.outputs))
 
 
 def _config_path(config: Config, path: Path) -> Path:

@@ -28,7 +28,15 @@ from ..registry._registry import default_registry
 from ._build import build
 from ._load import Config, load_config
 
-__all__ = ["VariableRow", "LayerRow", "Summary", "summarize", "owner_node"]
+__all__ = [
+    "VariableRow",
+    "LayerRow",
+    "Summary",
+    "summarize",
+    "owner_node",
+    "with_outputs",
+    "spell_output",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,13 +53,15 @@ class VariableRow:
 class LayerRow:
     """One layer's Variables; ``blocks`` > 1 inside a `Repeat` (the Variables hold that many
     blocks on a leading axis). A `Repeat` has a row of its own (``note`` says what it holds)
-    with the Variables of all its blocks."""
+    with the Variables of all its blocks. ``output``: the layer's abstract output for a
+    batch, when the model was run abstractly (`with_outputs`)."""
 
     path: str
     type: str
     variables: tuple[VariableRow, ...]
     blocks: int = 1
     note: str = ""
+    output: Any = None
 
     @property
     def count(self) -> int:
@@ -170,3 +180,63 @@ def _repeat_row(where: tuple[Any, ...], repeats: dict[Any, Any], rows: dict[Any,
     blocks = math.prod(repeats[w][0] for w in outer)
     note = f"{count} blocks of {block}, stacked on a leading axis of {count} (rows below)"
     return LayerRow(format_path(("model", *where)), "Repeat", tuple(inside), blocks, note)
+
+
+def with_outputs(summary: Summary, outputs: dict[tuple[Any, ...], Any]) -> list[LayerRow]:
+    """The rows of ``summary`` in the order the layers ran, each layer that ran with its
+    output (``outputs``: `ModelCheck.outputs`), a layer without Variables (an activation, a
+    pooling) with a row of its own, and the rows of a layer's sublayers after its own.
+
+    Example:
+        >>> from nnx_plugins.config._shapes import check_model
+        >>> from nnx_plugins.config._summary import spell_output, summarize, with_outputs
+        >>> config = {"model": {"type": "Sequential", "layers": [
+        ...     {"type": "Linear", "in_features": 3, "out_features": 4}, {"type": "relu"}]}}
+        >>> import jax
+        >>> from nnx_plugins.config._shapes import DataSpec
+        >>> check = check_model(config, data=DataSpec(jax.ShapeDtypeStruct((3,), "float32"), "x"))
+        >>> [(r.path, r.type, spell_output(r.output), r.count)
+        ...  for r in with_outputs(summarize(config), check.outputs)]
+        [('model.layers[0]', 'Linear', '(None, 4) float32', 16), ('model.layers[1]', 'relu', '(None, 4) float32', 0)]
+    """
+    rows = list(summary.layers)
+    placed: list[LayerRow] = []
+    for path, output in outputs.items():
+        name = format_path(path)
+        inside = [r for r in rows if r.path == name or r.path.startswith((name + ".", name + "["))]
+        own = next((r for r in inside if r.path == name), None)
+        if own is None:
+            _, node = owner_node(summary.config.model, tuple(path[1:]))
+            own = LayerRow(name, str(node.get("type", "?")), ())
+        else:
+            inside.remove(own)
+        placed += [dataclasses.replace(own, output=output), *inside]
+        rows = [r for r in rows if r not in inside and r.path != name]
+    return placed + rows
+
+
+def spell_output(output: Any, batch: int = 2) -> str:
+    """An abstract output as Keras shows it: ``(None, 16) float32``, the batch axis (of size
+    ``batch``, that of the abstract run) as None; ``?`` when not known.
+
+    Example:
+        >>> import jax
+        >>> from nnx_plugins.config._summary import spell_output
+        >>> spell_output(jax.ShapeDtypeStruct((2, 8, 8, 32), "float32"))
+        '(None, 8, 8, 32) float32'
+        >>> spell_output((jax.ShapeDtypeStruct((2, 4), "float32"),) * 2)
+        '((None, 4) float32, (None, 4) float32)'
+    """
+    if output is None:
+        return "?"
+    if hasattr(output, "shape") and hasattr(output, "dtype"):
+        sizes = [str(n) for n in output.shape]
+        if sizes and output.shape[0] == batch:
+            sizes[0] = "None"
+        shape = f"({sizes[0]},)" if len(sizes) == 1 else f"({', '.join(sizes)})"
+        return f"{shape} {np.dtype(output.dtype).name}"
+    if isinstance(output, (tuple, list)):
+        return "(" + ", ".join(spell_output(o, batch) for o in output) + ")"
+    if isinstance(output, dict):
+        return "{" + ", ".join(f"{k}: {spell_output(v, batch)}" for k, v in output.items()) + "}"
+    return type(output).__name__

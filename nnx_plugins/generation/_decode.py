@@ -30,16 +30,19 @@ Example:
 from __future__ import annotations
 
 import functools
+import math
 from numbers import Integral, Real
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import nnx_core as nnx
 from nnx_layers import Repeat
 
 from .._errors import NnxError
+from ..training._memory import available_memory, human_bytes
 
 __all__ = [
     "GenerationError",
@@ -47,7 +50,10 @@ __all__ = [
     "decode_by_recomputation",
     "model_max_length",
     "sample",
+    "seed_key",
+    "check_options",
     "start_decoding",
+    "MAX_SEED",
 ]
 
 
@@ -193,8 +199,13 @@ def sample(
 ) -> jax.Array:
     """Draw one token id per row of ``logits`` ``(batch, vocab)``.
 
-    ``temperature == 0`` takes the most likely token (greedy); otherwise the logits are
-    divided by ``temperature`` and, with ``top_k``, all but the ``top_k`` largest are dropped.
+    ``temperature == 0`` takes the most likely token (greedy), and so does ``top_k == 1`` at
+    any temperature (the same ``argmax``, by construction). Otherwise the logits less their
+    largest are divided by ``temperature`` (so that no temperature, however small, overflows
+    them: a tiny one draws the greedy token) and, with ``top_k``, all but exactly ``top_k``
+    of the largest are dropped (``lax.top_k``'s, ties included). The logits pass an
+    optimization barrier first: the program that computes them is the same whatever
+    follows, so greedy and sampled decoding see equal logits.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -202,36 +213,115 @@ def sample(
         >>> logits = jnp.array([[0.0, 3.0, 1.0]])
         >>> sample(logits, jax.random.key(0), temperature=0.0, top_k=None).tolist()
         [1]
-        >>> sample(logits, jax.random.key(0), temperature=1.0, top_k=1).tolist()
+        >>> sample(logits, jax.random.key(0), temperature=2.0, top_k=1).tolist()
+        [1]
+        >>> sample(logits, jax.random.key(0), temperature=1e-38, top_k=None).tolist()
         [1]
     """
-    logits = logits.astype(jnp.float32)
-    if temperature == 0:
+    logits = jax.lax.optimization_barrier(logits.astype(jnp.float32))
+    if top_k == 1 or _greedy(temperature):
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
     if top_k is not None and top_k < logits.shape[-1]:
-        kth = jax.lax.top_k(logits, top_k)[0][..., -1:]
-        logits = jnp.where(logits < kth, -jnp.inf, logits)
-    return jax.random.categorical(key, logits / temperature, axis=-1).astype(jnp.int32)
+        logits = jnp.where(_top_k_mask(logits, top_k), logits, -jnp.inf)
+    shifted = logits - jax.lax.stop_gradient(logits.max(axis=-1, keepdims=True))
+    scaled = shifted / jnp.float32(temperature)
+    return jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)
 
 
-def _check_arguments(prompt: Any, max_tokens: Any, temperature: Any, top_k: Any) -> jax.Array:
+def _greedy(temperature: float) -> bool:
+    """Whether ``temperature`` draws greedily: 0, or so small that it is 0 in float32."""
+    return float(np.float32(temperature)) == 0.0
+
+
+def _top_k_mask(logits: jax.Array, k: int) -> jax.Array:
+    """True at exactly the ``k`` entries per row that ``lax.top_k`` chooses (ties too)."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    _, indices = jax.lax.top_k(flat, k)
+    rows = jnp.arange(flat.shape[0])[:, None]
+    return jnp.zeros(flat.shape, bool).at[rows, indices].set(True).reshape(logits.shape)
+
+
+#: the largest seed: the range of ``train.seed`` (JAX's key takes 32 bits at a time)
+MAX_SEED = 2**63 - 1
+#: positions are int32 in the decoding loop
+MAX_POSITIONS = 2**31 - 1
+
+
+def seed_key(seed: int) -> jax.Array:
+    """The key of ``seed`` (0 .. `MAX_SEED`): ``jax.random.key(seed)`` for seeds below 2**32,
+    the high 32 bits folded in above (a bare key would keep only the low 32 bits, so seeds
+    2**32 apart would draw the same tokens).
+
+    Example:
+        >>> import jax
+        >>> from nnx_plugins.generation._decode import seed_key
+        >>> bool((jax.random.key_data(seed_key(5)) == jax.random.key_data(jax.random.key(5))).all())
+        True
+        >>> bool((jax.random.key_data(seed_key(2**32)) == jax.random.key_data(seed_key(0))).all())
+        False
+    """
+    key = jax.random.key(seed & 0xFFFFFFFF)
+    return jax.random.fold_in(key, seed >> 32) if seed >> 32 else key
+
+
+def check_options(*, max_tokens: Any, temperature: Any, top_k: Any, seed: Any) -> None:
+    """Refuse a bad option of `decode` (``max_tokens`` may be ``None`` where the caller
+    chooses it later).
+
+    Raises:
+        GenerationError: naming the option, what it takes and what it got.
+    """
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, Integral) or max_tokens < 1
+    ):
+        raise GenerationError(f"max_tokens must be a whole number >= 1, got {_short(max_tokens)}.")
+    if not 0 <= _as_float(temperature) < float("inf"):
+        raise GenerationError(
+            f"temperature must be a finite number >= 0 (0 is greedy), got {_short(temperature)}."
+        )
+    if top_k is not None and (
+        isinstance(top_k, bool) or not isinstance(top_k, Integral) or top_k < 1
+    ):
+        raise GenerationError(
+            f"top_k must be a whole number >= 1 or None (all), got {_short(top_k)}."
+        )
+    if isinstance(seed, bool) or not isinstance(seed, Integral) or not 0 <= seed <= MAX_SEED:
+        raise GenerationError(
+            f"seed must be a whole number from 0 to 2**63-1 (as train.seed), got {_short(seed)}."
+        )
+
+
+def _as_float(value: Any) -> float:
+    """``value`` as a float; NaN for what is no real number or does not fit one."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return float("nan")
+    try:
+        return float(value)
+    except OverflowError:
+        return float("inf")
+
+
+def _check_arguments(
+    prompt: Any, max_tokens: Any, temperature: Any, top_k: Any, seed: Any = 0
+) -> jax.Array:
     prompt = jnp.asarray(prompt)
     if prompt.ndim != 2 or prompt.shape[1] < 1 or not jnp.issubdtype(prompt.dtype, jnp.integer):
         raise GenerationError(
             f"the prompt must be token ids of shape (batch, length) with length >= 1, got "
             f"{prompt.dtype}{list(prompt.shape)}. Pass e.g. jnp.array([[1, 2, 3]])."
         )
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, Integral) or max_tokens < 1:
-        raise GenerationError(f"max_tokens must be a whole number >= 1, got {max_tokens!r}.")
-    if isinstance(temperature, bool) or not isinstance(temperature, Real) or not temperature >= 0:
-        raise GenerationError(
-            f"temperature must be a number >= 0 (0 is greedy), got {temperature!r}."
-        )
-    if top_k is not None and (
-        isinstance(top_k, bool) or not isinstance(top_k, Integral) or top_k < 1
-    ):
-        raise GenerationError(f"top_k must be a whole number >= 1 or None (all), got {top_k!r}.")
+    check_options(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
     return prompt.astype(jnp.int32)
+
+
+def _short(value: Any) -> str:
+    """``repr(value)``, at most 40 characters (a 5,000-digit number is not printed whole)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return (
+            f"a number of {len(str(abs(value))) if abs(value) < 10**4000 else 'over 4,000'} digits"
+        )
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _check_length(model: Any, prompt: jax.Array, max_tokens: int) -> int:
@@ -245,7 +335,52 @@ def _check_length(model: Any, prompt: jax.Array, max_tokens: int) -> int:
             f"its {limit[1]}). Ask for at most {max(limit[0] - length, 0)} new tokens, or "
             f"shorten the prompt."
         )
+    if total > MAX_POSITIONS:
+        raise GenerationError(
+            f"a prompt of {length:,} tokens and max_tokens={max_tokens:,} make {total:,} "
+            f"positions, past the {MAX_POSITIONS:,} a decoding loop counts (int32). Ask for "
+            f"fewer tokens."
+        )
     return total
+
+
+def _check_memory(model: Any, batch: int, length: int, max_tokens: int) -> None:
+    """Refuse, before anything is allocated, a decoding whose state (the weights and the KV
+    caches of every position, found abstractly) and tokens exceed the memory available."""
+    total = length + max_tokens
+    need = _decoding_bytes(model, batch, total) + 8 * batch * total
+    available, what = available_memory()
+    if need <= available:
+        return
+    first = _decoding_bytes(model, batch, length + 1) + 8 * batch * (length + 1)
+    per_token = max((need - first) / max(max_tokens - 1, 1), 1.0)
+    fit = max(int((available - first) // per_token) + 1, 0) if available >= first else 0
+    raise GenerationError(
+        f"decoding {max_tokens:,} tokens after a prompt of {length:,} needs at least "
+        f"{human_bytes(need)} ({need:,} bytes: the model's weights and the caches of its "
+        f"{total:,} positions), more than the {human_bytes(available)} of {what}. Ask for at "
+        f"most {fit:,} new tokens."
+    )
+
+
+def _decoding_bytes(model: Any, batch: int, length: int) -> int:
+    """The bytes of ``model``'s state once `start_decoding` made its caches for ``length``
+    positions, found abstractly (nothing is allocated)."""
+    graphdef, state = nnx.split(model)
+
+    def started(state: Any) -> Any:
+        copy = nnx.merge(graphdef, state)
+        start_decoding(copy, batch, length)
+        return nnx.state(copy)
+
+    leaves = jax.tree.leaves(jax.eval_shape(started, state))
+    return sum(_leaf_bytes(leaf) for leaf in leaves)
+
+
+def _leaf_bytes(leaf: Any) -> int:
+    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        return 8 * math.prod(leaf.shape)  # (a threefry key: two uint32)
+    return math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize
 
 
 def _logits_of_last(output: Any, batch: int) -> jax.Array:
@@ -285,7 +420,7 @@ def decode(
         max_tokens: how many tokens to draw.
         temperature: ``0`` for greedy decoding; else the softmax temperature.
         top_k: draw among the ``top_k`` most likely tokens only (``None``: all).
-        seed: the random seed of the draws.
+        seed: the random seed of the draws, 0 .. 2**63-1 (`seed_key`).
         scan_blocks: keep each `nnx_layers.Repeat` a scan over its blocks (compiled once
             whatever the depth, slower per token) instead of unrolling it.
 
@@ -294,17 +429,19 @@ def decode(
 
     Raises:
         GenerationError: a bad argument; a prompt plus ``max_tokens`` past the model's
-            maximum length; a model that does not decode from a cache or does not return
-            ``(batch, length, vocab)`` logits.
+            maximum length (or 2**31-1 positions); caches for them larger than the memory
+            available (estimated abstractly, before anything is allocated); a model that
+            does not decode from a cache or does not return ``(batch, length, vocab)`` logits.
     """
-    prompt = _check_arguments(prompt, max_tokens, temperature, top_k)
+    prompt = _check_arguments(prompt, max_tokens, temperature, top_k, seed)
     if not isinstance(scan_blocks, bool):
         raise GenerationError(f"scan_blocks must be True or False, got {scan_blocks!r}.")
     _check_length(model, prompt, max_tokens)
+    _check_memory(model, prompt.shape[0], prompt.shape[1], max_tokens)
     graphdef, state = nnx.split(model)
     options = dict(new=max_tokens, temperature=float(temperature), top_k=top_k)
     return _cached(
-        state, prompt, jax.random.key(seed), graphdef=graphdef, scan_blocks=scan_blocks, **options
+        state, prompt, seed_key(seed), graphdef=graphdef, scan_blocks=scan_blocks, **options
     )
 
 
@@ -367,11 +504,11 @@ def decode_by_recomputation(
     Raises:
         GenerationError: as `decode` (but a model need not decode from a cache).
     """
-    prompt = _check_arguments(prompt, max_tokens, temperature, top_k)
+    prompt = _check_arguments(prompt, max_tokens, temperature, top_k, seed)
     _check_length(model, prompt, max_tokens)
     graphdef, state = nnx.split(model)
     options = dict(new=max_tokens, temperature=float(temperature), top_k=top_k)
-    return _recomputed(state, prompt, jax.random.key(seed), graphdef=graphdef, **options)
+    return _recomputed(state, prompt, seed_key(seed), graphdef=graphdef, **options)
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC)

@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import os
 import pathlib
@@ -46,7 +47,7 @@ from ..training.checkpoints._load import load
 from ..training.checkpoints._manifest import read_manifest
 from ..training.data._base import DataError
 from ..training.data._text import Vocabulary
-from ._decode import GenerationError, decode, model_max_length
+from ._decode import GenerationError, check_options, decode, model_max_length
 
 __all__ = ["Generation", "generate", "DEFAULT_TOKENS"]
 
@@ -60,12 +61,15 @@ class Generation:
 
     Attributes:
         prompt: the prompt, as given.
-        text: the continuation (the new tokens decoded; bytes that do not form UTF-8 become
-            U+FFFD).
-        tokens: the new token ids.
+        text: the continuation: the new tokens decoded, always valid text. On byte tokens, the
+            bytes of a character the last tokens began but did not finish are held back (in
+            ``unfinished``), and bytes that form no character (the model broke a character
+            off) become U+FFFD.
+        tokens: the new token ids (those held back included).
         checkpoint: the checkpoint directory the weights came from.
         step: the training step of that checkpoint.
         seconds: wall time of the decoding (compilation included).
+        unfinished: the bytes held back: the start of a character cut off by ``max_tokens``.
     """
 
     prompt: str
@@ -74,6 +78,7 @@ class Generation:
     checkpoint: pathlib.Path
     step: int | None
     seconds: float
+    unfinished: bytes = b""
 
 
 def _vocabulary(config: Any, manifest: dict[str, Any]) -> Vocabulary:
@@ -97,14 +102,49 @@ def _vocabulary(config: Any, manifest: dict[str, Any]) -> Vocabulary:
 
 def _encode(vocabulary: Vocabulary, prompt: str) -> np.ndarray:
     if not isinstance(prompt, str) or not prompt:
+        shown = f"{type(prompt).__name__} {_shown(prompt)}" if prompt != "" else "''"
         raise GenerationError(
-            f"the prompt must be non-empty text, got {prompt!r}: the model continues it, so "
-            f"give at least one character."
+            f"the prompt must be non-empty text, got {shown}: the model continues it, so give "
+            f"at least one character."
         )
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise GenerationError(_not_text(prompt, error.start)) from None
     try:
         return vocabulary.encode(prompt)
     except DataError as error:
-        raise GenerationError(f"the prompt {prompt!r}: {error}") from None
+        raise GenerationError(f"the prompt {_shown(prompt)}: {error}") from None
+
+
+def _shown(prompt: object) -> str:
+    """The prompt quoted, at most 40 characters of it."""
+    text = repr(prompt) if len(repr(prompt)) <= 40 else repr(prompt)[:36] + "..."
+    return text
+
+
+def _not_text(prompt: str, position: int) -> str:
+    """Why ``prompt`` cannot be encoded: a byte the shell passed undecoded (Python keeps it
+    as a surrogate escape, U+DC80..U+DCFF), or another lone surrogate."""
+    code = ord(prompt[position])
+    if 0xDC80 <= code <= 0xDCFF:
+        what = (
+            f"the byte 0x{code - 0xDC00:02x} (position {position}), which is not UTF-8: the "
+            "terminal or the shell passed text in another encoding (Latin-1?)"
+        )
+    else:
+        what = f"U+{code:04X} (position {position}), a lone surrogate, which is not a character"
+    return f"the prompt holds {what}. Give the prompt as UTF-8 text."
+
+
+def _decoded(vocabulary: Vocabulary, tokens: np.ndarray) -> tuple[str, bytes]:
+    """The text of the new tokens, and the bytes of an unfinished last character (held back:
+    printed, they would be invalid UTF-8)."""
+    if vocabulary.characters is not None:
+        return vocabulary.decode(tokens), b""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    text = decoder.decode(bytes(int(t) % 256 for t in tokens.reshape(-1)), final=False)
+    return text, decoder.getstate()[0]
 
 
 def generate(
@@ -139,9 +179,12 @@ def generate(
         CheckpointError: the checkpoint is missing, corrupt or does not fit the model.
         DataError: the config's data cannot be read.
         GenerationError: the checkpoint records no text vocabulary or one that differs from
-            the config's data; the prompt is empty or holds a character outside the
-            vocabulary; ``max_tokens`` is past the model's maximum length; a bad argument.
+            the config's data; the prompt is empty, is not text (a byte that is not UTF-8, a
+            lone surrogate) or holds a character outside the vocabulary; ``max_tokens`` is
+            past the model's maximum length, or needs caches larger than the memory
+            available; a bad argument (e.g. a seed past 2**63-1).
     """
+    check_options(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
     config = load_train_config(config)
     manifest = read_manifest(checkpoint)
     vocabulary = _vocabulary(config, manifest)
@@ -156,11 +199,13 @@ def generate(
         model, ids[None], max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed
     )
     new = np.asarray(tokens)[0]
+    text, unfinished = _decoded(vocabulary, new)
     return Generation(
         prompt,
-        vocabulary.decode(new),
+        text,
         tuple(int(t) for t in new),
         pathlib.Path(manifest["directory"]),
         manifest.get("step"),
         time.perf_counter() - started,
+        unfinished,
     )

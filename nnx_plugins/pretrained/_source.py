@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .._text import os_problem
+from .._text import content_kind, os_problem
 from ._errors import PretrainedError
 from ._safetensors import SafetensorsFile
 
@@ -169,7 +169,7 @@ class Source:
             raise PretrainedError(
                 path,
                 f"'architectures' must be a list of class names such as ['LlamaForCausalLM'], "
-                f"got {names!r}",
+                f"got {content_kind(names)}",
             )
         return names[0]
 

@@ -338,8 +338,9 @@ class Registry:
                 )
         if namespace and not notes:
             notes.append(self._namespace_note(kind, namespace))
+        listing = _known_names(kind, known) if len(known) <= _LISTED or not (close or notes) else ""
         return UnknownNameError(
-            f"Unknown {NOUN[kind]} {name!r}.{hint}{''.join(notes)}", suggestions=close
+            f"Unknown {NOUN[kind]} {name!r}.{hint}{''.join(notes)}{listing}", suggestions=close
         )
 
     def _namespace_note(self, kind: str, namespace: str) -> str:
@@ -492,3 +493,29 @@ def set_default_registry(registry: Registry | None) -> Registry | None:
     with _DEFAULT_LOCK:
         previous, _DEFAULT = _DEFAULT, registry
         return previous
+
+
+#: the most names an unknown-name error lists; past it, the listing command is named
+_LISTED = 30
+_LISTING = {
+    "layer": "layers",
+    "variable": "variables",
+    "task": "tasks",
+    "dataset": "datasets",
+    "metric": "metrics",
+    "logger": "loggers",
+    "callback": "callbacks",
+}
+
+
+def _known_names(kind: str, known: list[str]) -> str:
+    """`` Registered datasets: csv, digits, ...`` (a short list), or the command that lists a
+    long one (named only when nothing closer was suggested)."""
+    noun = NOUN[kind]
+    plural = noun + "s" if not noun.endswith("s") else noun
+    if not known:
+        return f" No {plural} are registered."
+    if len(known) <= _LISTED:
+        return f" Registered {plural}: {', '.join(sorted(known))}."
+    command = _LISTING.get(kind)
+    return f" `nnx {command} list` shows the registered {plural}." if command else ""

@@ -108,11 +108,13 @@ def _read_header(
     try:
         shape, fortran, dtype = reader(io.BytesIO(raw_size + header))
     except Exception as error:  # noqa: BLE001 - any unreadable header (literal_eval, dtype) is bad data
-        raise _problem(
-            path, f"array {name!r} has an unreadable header ({type(error).__name__}: {error})."
+        raise _problem(  # (numpy's message quotes the header: its type only)
+            path,
+            f"array {name!r} has an unreadable header of {length:,} bytes "
+            f"({type(error).__name__}): the file is corrupt or not written by numpy.",
         ) from None
     if any(not isinstance(d, int) or d < 0 for d in shape):
-        raise _problem(path, f"array {name!r} claims the invalid shape {shape}.")
+        raise _problem(path, f"array {name!r} claims an invalid shape of {len(shape)} sizes.")
     return tuple(shape), np.dtype(dtype), bool(fortran), 8 + len(raw_size) + length
 
 
@@ -214,14 +216,21 @@ def read_npz(
         missing = [n for n in required if n not in headers]
         if missing:
             try:
-                held = sorted(
-                    i.filename.removesuffix(".npy") for i in zipfile.ZipFile(handle).infolist()
-                )
+                members = [i.filename for i in zipfile.ZipFile(handle).infolist()]
             except _READ_ERRORS:
-                held = []
+                members = []
+            arrays = sorted(m[:-4] for m in members if m.endswith(".npy"))
+            if not arrays:  # (another kind of zip archive: its member names are not shown)
+                raise DataError(
+                    f"{name} holds no .npy array ({len(members):,} other members): it is a "
+                    "zip archive but not an .npz file (write it with numpy.savez).",
+                    key="path",
+                )
+            shown = ", ".join(repr(a[:40]) for a in arrays[:20])
+            more = f" and {len(arrays) - 20:,} more" if len(arrays) > 20 else ""
             raise DataError(
-                f"{name} has no array {missing[0]!r}; it holds {held}. Set data.x / data.y "
-                "(and data.x_test / data.y_test) to the names of its arrays.",
+                f"{name} has no array {missing[0]!r}; it holds the arrays {shown}{more}. Set "
+                "data.x / data.y (and data.x_test / data.y_test) to the names of its arrays.",
                 key="path",
             )
         _check_headers(name, headers)

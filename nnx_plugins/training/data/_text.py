@@ -118,8 +118,9 @@ class Vocabulary:
             level == "characters" and not isinstance(characters, str)
         ):
             raise DataError(
-                f"the checkpoint records no text vocabulary (its data record is {dict(state)!r}); "
-                "it was not trained on data of type text."
+                f"the checkpoint records no text vocabulary (its data record, a mapping of "
+                f"{len(state):,} keys, has no level 'bytes' or 'characters' with its "
+                "characters); it was not trained on data of type text."
             )
         return cls(level, characters if level == "characters" else None)
 
@@ -257,6 +258,14 @@ class TextDataset(Dataset):
                 key="path",
             )
         return tokens, vocabulary, len(tokens) - held
+
+    @property
+    def token_name(self) -> str:
+        """What a token is, in words (``byte``, ``character``, or ``token`` with a
+        tokenizer): a language model's summary says bits per it."""
+        if self.tokenizer is not None:
+            return "token"
+        return "byte" if self.level == "bytes" else "character"
 
     @property
     def vocabulary(self) -> Vocabulary:

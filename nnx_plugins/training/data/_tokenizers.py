@@ -30,6 +30,7 @@ import functools
 import json
 import os
 import pathlib
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -152,6 +153,15 @@ def _read(path: pathlib.Path) -> str:
         ) from None
 
 
+def _where(error: BaseException) -> str:
+    """Where the library stopped reading (``at line 7 column 1`` of its message), without the
+    rest of its message: that quotes the file's values (``invalid type: string "..."``), and
+    the file may not be a tokenizer at all."""
+    found = re.search(r"line (\d+),? column (\d+)", str(error))
+    where = f" (it stops at line {found[1]}, column {found[2]}" if found else " ("
+    return f"{where}{'; ' if found else ''}the library's message is not shown: it quotes the file)"
+
+
 def _special_token(config: Mapping[str, Any], key: str) -> str | None:
     value = config.get(key)
     if isinstance(value, Mapping):  # {"content": "</s>", ...}
@@ -204,8 +214,8 @@ class HFTokenizer(Tokenizer):
             return Library.from_str(text)
         except Exception as error:  # noqa: BLE001 - the library raises a bare Exception
             raise TokenizerError(
-                f"{path}: not a tokenizer.json the tokenizers library can read: {error}. Use "
-                "the tokenizer.json a transformers fast tokenizer saves (save_pretrained)."
+                f"{path}: not a tokenizer.json the tokenizers library can read{_where(error)}. "
+                "Use the tokenizer.json a transformers fast tokenizer saves (save_pretrained)."
             ) from None
 
     @functools.cached_property

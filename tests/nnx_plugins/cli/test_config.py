@@ -187,3 +187,54 @@ def test_build_summary_shows_a_repeat_as_its_blocks(capsys, tmp_path, monkeypatc
     assert "12 blocks of Linear, stacked on a leading axis of 12" in out
     assert "Linear x12" in out and "(12, 8, 8)" in out
     assert "total: 864 values" in out  # 12 * (8*8 + 8)
+
+
+def _row(out, path):
+    """The cells of the table row of ``path``."""
+    line = next(line for line in out.splitlines() if line.startswith(f"│ {path} "))
+    return [cell.strip() for cell in line.strip("│").split("│")]
+
+
+def test_build_summary_shows_each_layers_output_shape_keras_style(capsys, files):
+    code, out, _ = run(capsys, "build", "mlp.yaml", "--summary", "--input-shape", "8")
+    assert code == 0 and "┃ Output " in out
+    assert _row(out, "model.layers[0]")[:3] == ["model.layers[0]", "Linear", "(None, 16) float32"]
+    assert _row(out, "model.layers[1]") == [
+        "model.layers[1]",
+        "relu",
+        "(None, 16) float32",
+        "",
+        "0",
+        "0 B",
+    ]  # (a layer without Variables has its row)
+    assert _row(out, "model.layers[2]")[2] == "(None, 2) float32"
+    order = [line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│ model")]
+    assert order == ["model.layers[0]", "model.layers[1]", "model.layers[2]"]
+
+
+def test_build_summary_takes_the_input_from_the_data_section(capsys, files):
+    (files / "cnn.yaml").write_text(
+        "model:\n  type: Sequential\n  layers:\n"
+        "    - {type: Conv, in_features: 1, out_features: 4, kernel_size: [3, 3], strides: 2}\n"
+        "    - {type: Flatten}\n"
+        "    - {type: Linear, in_features: 64, out_features: 10}\n"
+        "data: {type: digits}\n"
+    )
+    code, out, _ = run(capsys, "build", "cnn.yaml", "--summary")
+    assert code == 0
+    assert _row(out, "model.layers[0]")[2] == "(None, 4, 4, 4) float32"
+    assert _row(out, "model.layers[1]")[1:3] == ["Flatten", "(None, 64) float32"]
+
+
+def test_build_summary_without_an_input_says_how_to_give_one(capsys, files):
+    code, out, _ = run(capsys, "build", "mlp.yaml", "--summary")
+    assert code == 0 and _row(out, "model.layers[0]")[2] == ""
+    assert "output shapes: give --input-shape (one example's shape) or a data section" in out
+
+
+def test_build_summary_with_an_input_the_model_cannot_take(capsys, files):
+    code, out, err = run(capsys, "build", "mlp.yaml", "--summary", "--input-shape", "9")
+    assert code == 1 and out == ""
+    assert (
+        "model.layers[0]: Linear cannot take float32[2,9] from the input (--input-shape 9)" in err
+    )

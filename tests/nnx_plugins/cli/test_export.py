@@ -100,3 +100,12 @@ def test_usage_errors_exit_2(run, capsys):
         main(["export", "onnx"])
     assert stopped.value.code == 2
     assert "invalid choice: 'onnx'" in capsys.readouterr().err
+
+
+def test_the_checkpoint_argument_reads_best_as_the_other_commands_do(run, capsys):
+    folder, checkpoint, _ = run
+    argv = ["export", "jax", str(folder / "linear.yaml"), "--checkpoint", str(folder / "best")]
+    assert main([*argv, "--out", str(folder / "best.jax")]) == 1
+    err = capsys.readouterr().err
+    assert "no best checkpoint" in err and "keep_best" in err
+    assert not (folder / "best.jax").exists()

@@ -1,6 +1,7 @@
 """nnx generate FILE --checkpoint DIR --prompt TEXT ...: the text on stdout, the numbers on
 stderr; bad input exits 1 with one located line, bad options exit 2."""
 
+import re
 import subprocess
 import sys
 
@@ -84,10 +85,21 @@ def test_a_vocabulary_that_differs_is_located_at_the_data_path(run, capsys):
     ("options", "match"),
     [
         (["--prompt", "t", "--max-tokens", "0"], "expected a whole number >= 1, got '0'"),
-        (["--prompt", "t", "--temperature", "-1"], "expected a number >= 0"),
-        (["--prompt", "t", "--temperature", "nan"], "expected a number >= 0"),
+        (["--prompt", "t", "--temperature", "-1"], "expected a finite number >= 0"),
+        (["--prompt", "t", "--temperature", "nan"], "expected a finite number >= 0"),
+        (["--prompt", "t", "--temperature", "1e400"], "expected a finite number >= 0"),
         (["--prompt", "t", "--top-k", "x"], "expected a whole number >= 1, got 'x'"),
-        (["--prompt", "t", "--seed", "-2"], "expected a whole number >= 0, got '-2'"),
+        (["--prompt", "t", "--top-k", "\u00b2"], "expected a whole number >= 1, got '\u00b2'"),
+        (
+            ["--prompt", "t", "--seed", "-2"],
+            "expected a whole number from 0 to 9,223,372,036,854,775,807, got '-2'",
+        ),
+        (
+            ["--prompt", "t", "--seed", str(2**63)],
+            "expected a whole number from 0 to 9,223,372,036,854,775,807, got "
+            "'9223372036854775808'",
+        ),
+        (["--prompt", "t", "--max-tokens", "9" * 5000], "got 5,000 characters"),
         ([], "the following arguments are required: --prompt"),
     ],
 )
@@ -116,3 +128,51 @@ def test_ctrl_c_is_one_line_and_exit_130(run, monkeypatch, capsys):
     assert main(generate(config, folder, "--prompt", "the")) == 130
     out, err = capsys.readouterr()
     assert out == "" and err == "nnx: interrupted.\n"
+
+
+def test_a_prompt_the_shell_passed_in_latin_1_is_one_line(run, capsys):
+    """``--prompt $'caf\\xe9'``: Python keeps the byte 0xe9 as the surrogate U+DCE9, which
+    cannot be encoded; it was a traceback."""
+    folder, config = run
+    assert main(generate(config, folder, "--prompt", "caf\udce9")) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == (
+        "nnx: error: the prompt holds the byte 0xe9 (position 3), which is not UTF-8: the "
+        "terminal or the shell passed text in another encoding (Latin-1?). Give the prompt as "
+        "UTF-8 text.\n"
+    )
+
+
+def test_a_tiny_temperature_prints_the_greedy_text(run, capsys):
+    folder, config = run
+    texts = []
+    for temperature in ("0", "1e-38"):
+        argv = ["--prompt", "the c", "--max-tokens", "8", "--temperature", temperature]
+        assert main(generate(config, folder, *argv)) == 0
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1] == "the cat sat o\n"
+
+
+def test_the_text_is_written_as_utf_8_whatever_the_locale(monkeypatch):
+    import io
+
+    from nnx_plugins.cli._generate import write_text
+
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="ascii"))
+    write_text("caf\u00e9 \u20ac\n")
+    assert raw.getvalue() == "caf\u00e9 \u20ac\n".encode()
+
+
+def test_the_language_model_summary_uses_the_docs_words(run, capsys):
+    """`nnx eval` (and `nnx train`) of a language model said 'test accuracy' first; it says
+    bits per token in the data's own unit (characters here, bytes for level: bytes)."""
+    folder, config = run
+    assert main(["eval", str(config), "--checkpoint", str(folder / "run" / "checkpoints")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(
+        r"\(step 150\): test: [\d.]+ bits per character, perplexity [\d.]+, next-character "
+        r"accuracy [\d.]+% \(loss [\d.]+ nats per character\)\n",
+        out,
+    ), out
+    assert "test accuracy" not in out and "bits_per_token" not in out

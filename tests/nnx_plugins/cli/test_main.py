@@ -201,3 +201,24 @@ def test_an_unknown_option_shows_the_override_meant(capsys, tmp_path, argv, usag
     assert first.startswith(f"usage: {usage}") and second.startswith("nnx: error: unknown option")
     assert second.endswith(message)
     assert "as a file" not in err and "got files" not in err
+
+
+def test_version_prints_the_versions_from_metadata_without_importing_jax():
+    import importlib.metadata
+
+    script = (
+        "import sys\n"
+        "from nnx_plugins.cli._main import main\n"
+        "try:\n"
+        "    main(['--version'])\n"
+        "except SystemExit as stop:\n"
+        "    print('status', stop.code)\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'jax', 'jaxlib', 'pydantic'}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    first, status, imported = result.stdout.strip().splitlines()
+    nnx, jax = importlib.metadata.version("nnx-jax"), importlib.metadata.version("jax")
+    assert first.startswith(f"nnx {nnx} (distribution nnx-jax; jax {jax}, jaxlib ")
+    assert status == "status 0" and imported == "[]"

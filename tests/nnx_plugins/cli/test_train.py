@@ -139,3 +139,22 @@ def test_sigterm_is_left_alone_when_it_is_ignored_or_handled():
     with _stop_on_sigterm():
         assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_the_summary_names_tokens_in_the_datas_words(tmp_path):
+    from nnx_plugins.cli._train import token_name
+    from nnx_plugins.training._evaluation import describe_metrics
+
+    model = {"type": "Linear", "in_features": 2, "out_features": 2}
+    text = {"type": "text", "path": str(tmp_path / "t.txt")}  # (not read: __init__ is cheap)
+    assert token_name({"model": model, "data": {**text, "level": "bytes"}}) == "byte"
+    assert token_name({"model": model, "data": {**text, "level": "characters"}}) == "character"
+    assert token_name({"model": model, "data": {"type": "digits"}}) == "token"
+    tokenized = {**text, "tokenizer": {"type": "hf", "path": str(tmp_path / "t.json")}}
+    assert token_name({"model": model, "data": tokenized}) == "token"
+    metrics = {"loss": 2.0, "accuracy": 0.5, "bits_per_token": 2.885, "top_5_accuracy": 0.9}
+    assert describe_metrics(metrics) == (
+        "test: 2.88 bits per token, next-token accuracy 50.00%, top_5_accuracy 90.00% (loss "
+        "2.0000 nats per token)"
+    )
+    assert describe_metrics({"loss": 0.25, "accuracy": 0.9}).startswith("test accuracy: 90.00%")

@@ -169,7 +169,8 @@ PROBES = {
     "an include of a list": (
         {"main.yaml": "include: [list.yaml]\n" + MODEL, "list.yaml": "[1, 2, 3]\n"},
         ["config", "validate", "main.yaml"],
-        r"main.yaml:1:11: include\[0\]: cannot include .*list.yaml: it holds list \[1, 2, 3\]",
+        r"main.yaml:1:11: include\[0\]: cannot include .*list.yaml: it holds a list of 3 items in "
+        r"10 bytes, not a mapping",
     ),
     "a chain of 1,000 includes": (
         {

@@ -178,7 +178,8 @@ def test_top_level_must_be_a_mapping(tmp_path):
     (tmp_path / "list.yaml").write_text("- 1\n")
     with pytest.raises(
         ConfigError,
-        match=r"list.yaml:1:1: <root>: expected a mapping with a 'model' section, got list",
+        match=r"list.yaml:1:1: <root>: expected a mapping with a 'model' section, got a list of 1 "
+        r"item in 4 bytes\.",
     ):
         load_config(tmp_path / "list.yaml")
 

@@ -139,16 +139,56 @@ def test_a_cycle_names_the_chain(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "held"),
-    [("- 1\n- 2\n", r"list \[1, 2\]"), ("just text\n", "str 'just text'"), ("42\n", "int 42")],
+    [
+        ("- 1\n- 2\n", "a list of 2 items in 8 bytes"),
+        ("just text\n", "text of 9 characters in 10 bytes"),
+        ("42\n", r"a number \(int\) in 3 bytes"),
+    ],
 )
 def test_an_included_file_that_is_not_a_mapping_is_refused_at_the_entry(tmp_path, content, held):
     write(tmp_path, **{"part.yaml": content, "main.yaml": "include: [part.yaml]\n" + LINEAR})
     with pytest.raises(
         ConfigError,
         match=rf"main.yaml:1:11: include\[0\]: cannot include .*part.yaml: it holds {held}, not "
-        r"a mapping of sections\. An included file is merged key by key under this one\.",
+        r"a mapping of sections\. An included file is merged key by key under this one; nothing "
+        r"of it was used\.",
     ):
         load_config(tmp_path / "main.yaml")
+
+
+SECRET = "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        SECRET,  # a plain scalar of two lines
+        "password: [1, 2\n",  # a syntax error
+        '"api-key-12345"\n',
+        "- token-abcdef\n- token-ghijkl\n",
+        "!!timestamp 2001-99-99\n",  # a reader problem inside a file that is no config
+        "key: !!binary c2VjcmV0\n",
+    ],
+)
+def test_a_file_that_is_no_config_is_described_never_quoted(tmp_path, secret):
+    """``include: [pw.yaml]`` where pw.yaml links to /etc/passwd quoted the file's first bytes.
+    An error about a file's content names its type and size, never the content."""
+    (tmp_path / "secret.txt").write_text(secret)
+    (tmp_path / "pw.yaml").symlink_to(tmp_path / "secret.txt")
+    write(tmp_path, **{"main.yaml": "include: [pw.yaml]\n" + LINEAR})
+    for config in (tmp_path / "main.yaml", tmp_path / "pw.yaml"):
+        with pytest.raises(ConfigError) as error:
+            load_config(config)
+        text = str(error.value)
+        for word in ("root:", "daemon", "api-key", "token-", "password", "2001", "c2VjcmV0"):
+            assert word not in text.replace(str(tmp_path), ""), text
+    if secret == SECRET:
+        with pytest.raises(
+            ConfigError,
+            match=rf"cannot include .*pw.yaml \(a link to {re.escape(str(tmp_path))}/secret.txt\): "
+            r"it holds text of 79 characters in 80 bytes, not a mapping of sections",
+        ):
+            load_config(tmp_path / "main.yaml")
 
 
 def test_an_empty_included_file_adds_nothing(tmp_path):
@@ -343,3 +383,30 @@ def test_merge_of_plain_sources():
     assert out.data == {"m": {"x": 1, "y": [3]}, "k": {"z": 0}}
     assert out.problem(("m", "x"), "p").location == "a:1:1"
     assert out.problem(("m", "y", 0), "p").location == "b:2:2"
+
+
+def test_an_included_mapping_that_is_no_config_shows_nothing_of_its_content(tmp_path):
+    """A Kubernetes secret parses as a mapping, and its ``data`` looked like a section: its
+    values were quoted (``Unknown dataset 'aHVudGVyMg=='``)."""
+    secret = "apiVersion: v1\nkind: Secret\ndata:\n  password: c2VjcmV0\n  type: aHVudGVyMg==\n"
+    write(tmp_path, **{"secret.yaml": secret, "main.yaml": "include: [secret.yaml]\n" + LINEAR})
+    with pytest.raises(ConfigError) as error:
+        load_config(tmp_path / "main.yaml")
+    (problem,) = error.value.problems
+    assert problem.location.endswith("secret.yaml:1:1")
+    assert problem.message.startswith(
+        "not a config file: the top-level keys at lines 1, 2 are no config section (nor close "
+        "to one), so nothing of this file is shown or used. Include only config files"
+    )
+    for word in ("apiVersion", "Secret", "c2VjcmV0", "aHVudGVyMg"):
+        assert word not in str(error.value)
+
+
+def test_an_included_config_with_a_misspelt_section_is_reported_as_usual(tmp_path):
+    part = "trian: {steps: 3}\ndata: {type: digitz}\n"
+    write(tmp_path, **{"part.yaml": part, "main.yaml": "include: [part.yaml]\n" + LINEAR})
+    with pytest.raises(ConfigError) as error:
+        load_config(tmp_path / "main.yaml")
+    text = str(error.value)
+    assert "part.yaml:1:1: trian: unknown section 'trian'. Did you mean 'train'?" in text
+    assert "Unknown dataset 'digitz'. Did you mean 'digits'?" in text

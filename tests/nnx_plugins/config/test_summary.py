@@ -53,3 +53,41 @@ def test_a_repeat_shows_as_its_blocks(nnx_registry):
         ("model.layers[0].block.block", "Linear", 6, "", 6 * 20),
     ]
     assert summary.total_count == 6 * 20
+
+
+def test_rows_with_outputs_follow_the_forward_pass_sublayers_after_their_layer(nnx_registry):
+    import jax
+
+    from nnx_plugins.config._shapes import DataSpec, check_model
+    from nnx_plugins.config._summary import spell_output, with_outputs
+
+    block = {"type": "Linear", "in_features": 4, "out_features": 4}
+    model = {
+        "type": "Sequential",
+        "layers": [
+            {
+                "type": "Residual",
+                "block": {"type": "Sequential", "layers": [block, {"type": "gelu"}]},
+            },
+            {"type": "Repeat", "count": 2, "block": block},
+            {"type": "tanh"},
+            {"type": "Linear", "in_features": 4, "out_features": 3, "use_bias": False},
+        ],
+    }
+    config = {"model": model}
+    check = check_model(config, data=DataSpec(jax.ShapeDtypeStruct((5, 4), "float32"), "x"))
+    rows = [
+        (r.path, r.type, spell_output(r.output) if r.output is not None else None, r.count)
+        for r in with_outputs(summarize(config), check.outputs)
+    ]
+    assert rows == [
+        ("model.layers[0]", "Residual", "(None, 5, 4) float32", 0),
+        ("model.layers[0].block.layers[0]", "Linear", None, 20),
+        ("model.layers[1]", "Repeat", "(None, 5, 4) float32", 40),
+        ("model.layers[1].block", "Linear", None, 40),
+        ("model.layers[2]", "tanh", "(None, 5, 4) float32", 0),
+        ("model.layers[3]", "Linear", "(None, 5, 3) float32", 12),
+    ]
+    assert spell_output(None) == "?" and spell_output(
+        {"a": jax.ShapeDtypeStruct((7,), "int32")}
+    ) == ("{a: (7,) int32}")

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 import nnx_core as nnx
+import nnx_plugins.generation._decode as decoding
 from nnx_layers import Embed, Linear, MultiHeadAttention, PositionEmbed, Sequential
 from nnx_plugins.generation._decode import (
+    MAX_SEED,
     GenerationError,
     decode,
     decode_by_recomputation,
@@ -149,9 +151,14 @@ def test_model_max_length():
         (
             PROMPT,
             {"temperature": -1.0},
-            r"temperature must be a number >= 0 \(0 is greedy\), got -1.0",
+            r"temperature must be a finite number >= 0 \(0 is greedy\), got -1.0",
         ),
-        (PROMPT, {"temperature": float("nan")}, "temperature must be a number >= 0"),
+        (PROMPT, {"temperature": float("nan")}, "temperature must be a finite number >= 0"),
+        (PROMPT, {"temperature": float("inf")}, "temperature must be a finite number >= 0"),
+        (PROMPT, {"seed": 2**63}, r"seed must be a whole number from 0 to 2\*\*63-1 \(as "),
+        (PROMPT, {"seed": -1}, r"seed must be a whole number from 0 to 2\*\*63-1, got -1|got -1"),
+        (PROMPT, {"seed": 10**5000}, r"seed must be .*, got a number of over 4,000 digits\."),
+        (PROMPT, {"seed": 1.0}, r"seed must be .*, got 1\.0\."),
         (PROMPT, {"top_k": 0}, "top_k must be a whole number >= 1 or None"),
         (
             PROMPT,
@@ -210,3 +217,86 @@ def test_a_model_that_does_not_return_logits_per_position():
 
 def nnx_flatten(x):
     return x.reshape(x.shape[0], -1)
+
+
+# --- hostile arguments: tiny temperatures, big seeds, lengths past memory ---------------------
+
+
+@pytest.mark.parametrize(
+    ("decoder", "temperature"),
+    [(decode, 1e-38), (decode, 5e-324), (decode_by_recomputation, 1e-45)],
+)
+def test_a_tiny_temperature_draws_the_greedy_tokens(model, decoder, temperature):
+    """Dividing the logits by 1e-38 overflowed them to inf (and NaN after the softmax's
+    shift): the draws were not the greedy ones. Scaled after subtracting the largest logit,
+    no temperature overflows; one that is 0 in float32 is greedy itself."""
+    greedy = decode(model, PROMPT, max_tokens=8, temperature=0.0)
+    drawn = decoder(model, PROMPT, max_tokens=8, temperature=temperature, seed=3)
+    np.testing.assert_array_equal(drawn, greedy)
+
+
+def test_top_k_1_is_greedy_at_any_temperature_and_top_k_keeps_exactly_k_with_ties(model):
+    greedy = decode(model, PROMPT, max_tokens=8, temperature=0.0)
+    for temperature, seed in ((2.0, 0), (1e6, 1)):
+        options = dict(max_tokens=8, temperature=temperature, top_k=1, seed=seed)
+        np.testing.assert_array_equal(decode(model, PROMPT, **options), greedy)
+    np.testing.assert_array_equal(decode_by_recomputation(model, PROMPT, **options), greedy)
+    tied = jnp.array([[1.0, 1.0, 1.0, 0.0, 1.0]])
+    keys = jax.random.split(jax.random.key(0), 300)
+    drawn = jax.vmap(lambda k: sample(tied, k, temperature=1.0, top_k=2))(keys)
+    kept = set(np.asarray(jax.lax.top_k(tied, 2)[1][0]).tolist())
+    assert set(np.asarray(drawn).ravel().tolist()) == kept  # two of the four tied, no more
+    assert sample(tied, keys[0], temperature=3.0, top_k=1).tolist() == [0]  # argmax's choice
+
+
+def test_seeds_past_32_bits_draw_differently_up_to_2_63(model):
+    options = dict(max_tokens=10, temperature=1.5)
+    low = decode(model, PROMPT, **options, seed=5)
+    np.testing.assert_array_equal(decode(model, PROMPT, **options, seed=5), low)
+    assert not np.array_equal(decode(model, PROMPT, **options, seed=5 + 2**32), low)
+    assert decode(model, PROMPT, **options, seed=MAX_SEED).shape == (2, 10)
+
+
+def no_limit_model(width=16):
+    """A language model that any length fits: attention's cache grows with it, no
+    PositionEmbed caps it."""
+    rngs = nnx.Rngs(0)
+    attention = MultiHeadAttention(2, width, is_causal=True, decode=False, rngs=rngs)
+    return Sequential(Embed(13, width, rngs=rngs), attention, Linear(width, 13, rngs=rngs))
+
+
+def test_a_length_whose_caches_exceed_memory_is_refused_before_allocating():
+    model = no_limit_model(width=512)
+    # the caches of 2**31 - 10 positions: 2 x 512 x 4 bytes each, about 8.8 TB
+    with pytest.raises(
+        GenerationError,
+        match=r"decoding 2,147,483,638 tokens after a prompt of 5 needs at least 8\.\d TB "
+        r"\([\d,]+ bytes: the model's weights and the caches of its 2,147,483,643 positions\), "
+        r"more than the .* of (available host memory|\w+ device memory)\. Ask for at most "
+        r"[\d,]+ new tokens\.",
+    ):
+        decode(model, PROMPT[:1], max_tokens=2**31 - 10)
+
+
+def test_past_2_31_positions_is_refused_with_or_without_a_length_limit(model):
+    with pytest.raises(
+        GenerationError,
+        match=r"max_tokens=2,147,483,648 make 2,147,483,653 positions, past the 2,147,483,647 a "
+        r"decoding loop counts \(int32\)",
+    ):
+        decode(no_limit_model(), PROMPT, max_tokens=2**31)
+    with pytest.raises(GenerationError, match=r"past the model's maximum length of 24"):
+        decode(model, PROMPT, max_tokens=2**31)
+
+
+def test_the_most_tokens_that_fit_are_named_and_do_fit(monkeypatch):
+    model = no_limit_model()
+    monkeypatch.setattr(decoding, "available_memory", lambda: (2_000_000, "test memory"))
+    with pytest.raises(GenerationError, match=r"Ask for at most ([\d,]+) new tokens") as error:
+        decode(model, PROMPT, max_tokens=100_000_000)
+    assert "more than the 1.9 MB of test memory" in str(error.value)
+    fit = int(str(error.value).rsplit("at most ", 1)[1].split()[0].replace(",", ""))
+    assert 1000 < fit < 10_000
+    decoding._check_memory(model, 2, 5, fit)  # fits
+    with pytest.raises(GenerationError, match="Ask for at most"):
+        decoding._check_memory(model, 2, 5, fit + 1)

@@ -1,6 +1,8 @@
 """generate(): a trained character-level GPT continues the text it learned, from its config and
 checkpoint; the vocabulary comes from the checkpoint; every bad input is a located error."""
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 import yaml
 
@@ -14,6 +16,7 @@ from nnx_plugins import (
     generate,
     train,
 )
+from nnx_plugins.training._loop import build_model
 
 from .gpt import gpt_config
 
@@ -152,11 +155,100 @@ def test_missing_checkpoint_and_data_and_a_bad_config(run, tmp_path):
     ("options", "match"),
     [
         ({"max_tokens": 0}, "max_tokens must be a whole number >= 1, got 0"),
-        ({"temperature": -0.5}, "temperature must be a number >= 0"),
+        ({"temperature": -0.5}, "temperature must be a finite number >= 0"),
+        ({"temperature": 10**400}, "temperature must be a finite number >= 0"),
         ({"top_k": 0}, "top_k must be a whole number >= 1 or None"),
+        (
+            {"seed": 2**63},
+            r"seed must be a whole number from 0 to 2\*\*63-1 \(as train.seed\), "
+            r"got 9223372036854775808\.",
+        ),
+        ({"seed": 2**64 + 5}, r"seed must be a whole number from 0 to 2\*\*63-1"),
     ],
 )
 def test_bad_arguments(run, options, match):
     config, checkpoint, _ = run
     with pytest.raises(GenerationError, match=match):
         generate(config, checkpoint=checkpoint, prompt="the", **options)
+    with pytest.raises(GenerationError, match=match):  # (refused before anything is read)
+        generate(config, checkpoint="/nonexistent", prompt="the", **options)
+
+
+# --- text that cannot be encoded, text that is not finished ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prompt", "match"),
+    [
+        (
+            "caf\udce9",  # what Python makes of the argument $'caf\xe9' (Latin-1 bytes)
+            r"the prompt holds the byte 0xe9 \(position 3\), which is not UTF-8: the terminal or "
+            r"the shell passed text in another encoding \(Latin-1\?\)\. Give the prompt as "
+            r"UTF-8 text\.",
+        ),
+        ("ab\ud800c", r"the prompt holds U\+D800 \(position 2\), a lone surrogate"),
+        (b"the", r"the prompt must be non-empty text, got bytes b'the'"),
+        (
+            "t" * 10_000 + "z",
+            r"the prompt 't{35}\.\.\.: "
+            r"the character 'z' \(position 10000\)",
+        ),
+    ],
+)
+def test_a_prompt_that_is_not_text_of_the_vocabulary(run, prompt, match):
+    config, checkpoint, _ = run
+    with pytest.raises(GenerationError, match=match) as error:
+        generate(config, checkpoint=checkpoint, prompt=prompt)
+    assert len(str(error.value)) < 400  # (a long prompt is not quoted whole)
+
+
+def byte_model_run(folder, continuation: bytes, prompt: bytes = b"ab"):
+    """A byte-level model and its checkpoint whose greedy continuation of ``prompt`` is
+    ``continuation``: the logits at position t are a row of the head chosen by a one-hot
+    position embedding (no training)."""
+    length = len(prompt) + len(continuation)
+    (folder / "bytes.txt").write_bytes(b"any text at all, " * 40)
+    config = {
+        "model": {
+            "type": "Sequential",
+            "layers": [
+                {"type": "Embed", "num_embeddings": 256, "features": length},
+                {"type": "PositionEmbed", "max_length": length, "features": length},
+                {"type": "Linear", "in_features": length, "out_features": 256},
+            ],
+        },
+        "task": {"type": "language_model"},
+        "data": {"type": "text", "path": "bytes.txt", "level": "bytes", "seq_len": 8},
+    }
+    path = folder / "bytes.yaml"
+    path.write_text(yaml.safe_dump(config))
+    model = build_model(str(path))
+    embed, position, head = model.layers
+    embed.embedding.value = jnp.zeros_like(embed.embedding.value)
+    position.embedding.value = jnp.eye(length)
+    kernel = np.zeros((length, 256), np.float32)
+    for t, byte in enumerate(continuation):
+        kernel[len(prompt) - 1 + t, byte] = 10.0  # the token after position t
+    head.kernel.value = jnp.asarray(kernel)
+    head.bias.value = jnp.zeros(256)
+    data = {"level": "bytes", "vocabulary": None}
+    nnx_plugins.save(model, folder / "ckpt", step=1, run={"data": data})
+    return path, folder / "ckpt"
+
+
+def test_bytes_of_an_unfinished_character_are_held_back(tmp_path):
+    """``--prompt "import "`` printed U+FFFD: max_tokens cut a character in two. The bytes
+    of an unfinished last character are held back, so the text is always valid."""
+    config, checkpoint = byte_model_run(tmp_path, "aé".encode() + "€".encode()[:2])
+    out = generate(config, checkpoint=checkpoint, prompt="ab", temperature=0)
+    assert out.tokens == (0x61, 0xC3, 0xA9, 0xE2, 0x82)
+    assert out.text == "aé" and out.unfinished == b"\xe2\x82"
+    done = generate(config, checkpoint=checkpoint, prompt="ab", temperature=0, max_tokens=3)
+    assert done.text == "aé" and done.unfinished == b""
+
+
+def test_bytes_that_form_no_character_become_the_replacement_character(tmp_path):
+    config, checkpoint = byte_model_run(tmp_path, b"\xe2a\xffb")
+    out = generate(config, checkpoint=checkpoint, prompt="ab", temperature=0)
+    assert out.text == "\ufffda\ufffdb" and out.unfinished == b""
+    assert out.text.encode("utf-8").decode("utf-8") == out.text

@@ -188,7 +188,10 @@ def test_old_style_rope_scaling_of_another_type(tmp_path, copy_of):
         ('{"architectures": ', "is not valid JSON"),
         ("[" * 5000 + "]" * 5000, "nested too deeply|must hold a JSON object"),
         ('{"a": ' * (MAX_JSON_DEPTH + 2) + "1" + "}" * (MAX_JSON_DEPTH + 2), "nests more than"),
-        ('{"architectures": "LlamaForCausalLM"}', "'architectures' must be a list"),
+        (
+            '{"architectures": "LlamaForCausalLM"}',
+            "'architectures' must be a list of class names such as .*, got text of 16 characters",
+        ),
     ],
 )
 def test_a_config_json_that_is_not_an_object_or_too_deep(tmp_path, copy_of, content, match):
@@ -264,7 +267,7 @@ def test_a_malformed_tokenizer_json_is_refused_naming_the_file_and_place(tmp_pat
     (source / "tokenizer.json").write_text(
         '{"version": "1.0", "model": {"type": "BPE", "vocab": 3}}'
     )
-    _refused(source, tmp_path / "out", r"tokenizer\.json: .*not a tokenizer\.json .*line 1 column")
+    _refused(source, tmp_path / "out", r"tokenizer\.json: .*not a tokenizer\.json .*line 1, column")
 
 
 def test_a_destination_that_exists_and_is_not_empty(tmp_path):

@@ -357,3 +357,36 @@ def test_build_summary_shows_pack_kinds_by_name_in_a_fresh_process(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     assert "[acme.LoRAParam]" in run.stdout and "acme_layers.variables" not in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "match"),
+    [
+        (
+            "dataset",
+            "npzz",
+            r"Unknown dataset 'npzz'\. Did you mean 'npz'\? Registered datasets: "
+            r"acme\.waves, csv, diabetes, digits, npz, text\.$",
+        ),
+        ("dataset", "zzzz", r"Unknown dataset 'zzzz'\. Registered datasets: acme\.waves, csv, "),
+        (
+            "task",
+            "regresion",
+            r"Did you mean 'regression'\? Registered tasks: acme\.quantile, "
+            r"classification, language_model, regression\.$",
+        ),
+        ("callback", "x", r"Registered callbacks: .*early_stopping, ema"),
+        ("logger", "x", r"Registered loggers: .*csv, jsonl, tensorboard"),
+        ("metric", "x", r"Registered metrics: accuracy, .*top_k_accuracy\.$"),
+        (
+            "layer",
+            "Zzzz",
+            r"Unknown layer 'Zzzz'\. `nnx layers list` shows the registered layers\.$",
+        ),
+        ("variable", "Zzzz", r"Registered Variable kinds: .*Param"),
+    ],
+)
+def test_an_unknown_name_lists_the_registered_ones_or_the_command_that_does(kind, name, match):
+    registry = registry_of()
+    with pytest.raises(UnknownNameError, match=match):
+        registry.get(kind, name)

@@ -69,6 +69,12 @@ def test_vocabulary_round_trips_and_refuses_unknown_characters():
     assert raw.decode(raw.encode("héllo")) == "héllo" and raw.size == 256
     with pytest.raises(DataError, match=r"the checkpoint records no text vocabulary"):
         Vocabulary.from_state({})
+    with pytest.raises(  # (a manifest's record is described, never quoted: it may be huge)
+        DataError,
+        match=r"no text vocabulary \(its data record, a mapping of 2 keys, has no level 'bytes' "
+        r"or 'characters' with its characters\)",
+    ):
+        Vocabulary.from_state({"level": "characters", "vocabulary": ["secret"] * 10**5})
 
 
 def test_folders_globs_and_the_standard_library(tmp_path):
