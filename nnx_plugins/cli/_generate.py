@@ -58,7 +58,9 @@ def _generate(args: argparse.Namespace) -> int:
     write_text("\n".join(prompt + text + "\n" for prompt, text in pairs))
     counts = [len(t) for t in result.tokens] if several else [len(result.tokens)]
     rate = sum(counts) / max(result.seconds, 1e-9)
-    why = f", {chosen.note}" if chosen.note else ""
+    facts = [f"step {result.step}"] if result.step is not None else []  # (imported: no step)
+    facts += [chosen.note] if chosen.note else []
+    why = f" ({', '.join(facts)})" if facts else ""
     each = f" ({', '.join(map(str, counts))} per prompt)" if several else ""
     held = sum(map(len, result.unfinished)) if several else len(result.unfinished)
     unfinished = (
@@ -68,7 +70,7 @@ def _generate(args: argparse.Namespace) -> int:
         else ""
     )
     report(
-        f"nnx: {sum(counts)} tokens{each} from {result.checkpoint} (step {result.step}{why}) "
+        f"nnx: {sum(counts)} tokens{each} from {result.checkpoint}{why} "
         f"in {result.seconds:.1f} s ({rate:.0f} tokens/s, compilation included){unfinished}"
     )
     return 0

@@ -99,4 +99,7 @@ def test_the_command_prints_each_continuation(imported, capsys):
     texts = [prompt + tokenizer.decode(list(row)) for prompt, row in zip(prompts, rows)]
     assert out == "\n".join(text + "\n" for text in texts)
     counts = ", ".join(str(len(row)) for row in rows)
-    assert f"nnx: {sum(map(len, rows))} tokens ({counts} per prompt) from " in err
+    assert (
+        f"nnx: {sum(map(len, rows))} tokens ({counts} per prompt) from {source / 'checkpoint'} in "
+        in err
+    )
