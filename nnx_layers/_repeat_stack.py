@@ -58,13 +58,14 @@ def _raw(leaf: Any) -> Any:
 def stack_layers(layers: Sequence[Module]) -> Module:
     """One Module holding ``layers`` (all of the structure of ``layers[0]``) on a leading axis.
 
-    A Variable that every layer shares (the same object, e.g. an ``Rngs`` given to each
-    layer's constructor) stays one shared Variable.
+    A Variable that every layer of several shares (the same object, e.g. an ``Rngs`` given to
+    each layer's constructor) stays one shared Variable; one layer's are all stacked (a new
+    Variable each: the layer itself is left as it was).
     """
     template = graphdef(layers[0])
     stacked = []
     for column in zip(*(_leaves(layer) for layer in layers)):
-        if all(leaf is column[0] for leaf in column):
+        if len(column) > 1 and all(leaf is column[0] for leaf in column):
             stacked.append(column[0])
         else:
             stacked.append(jax.tree.map(lambda *xs: jnp.stack(xs), *map(_raw, column)))

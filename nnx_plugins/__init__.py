@@ -105,6 +105,12 @@ _EXPORTS = {
     "TokenizerError": ".training.data._tokenizers",
     "register_tokenizer": ".registry._run_parts",
     "register_converter": ".registry._run_parts",
+    # pretrained models out
+    "export_jax": ".pretrained._export_jax",
+    "JaxExport": ".pretrained._export_jax",
+    "export_hf": ".pretrained._export_hf",
+    "HfExport": ".pretrained._export_hf",
+    "ExportError": ".pretrained._exporting",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -156,6 +162,11 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .pretrained._convert import Converter as Converter
     from .pretrained._convert import Rule as Rule
     from .pretrained._errors import PretrainedError as PretrainedError
+    from .pretrained._export_hf import HfExport as HfExport
+    from .pretrained._export_hf import export_hf as export_hf
+    from .pretrained._export_jax import JaxExport as JaxExport
+    from .pretrained._export_jax import export_jax as export_jax
+    from .pretrained._exporting import ExportError as ExportError
     from .pretrained._import import Imported as Imported
     from .pretrained._import import import_hf as import_hf
     from .registry._discovery import Settings as Settings

@@ -1,17 +1,18 @@
-"""``nnx generate FILE --checkpoint DIR --prompt TEXT [--max-tokens N] [--temperature T]
-[--top-k K] [--seed S] [KEY=VALUE...]``: text from a trained language model.
+"""``nnx generate FILE --checkpoint DIR --prompt TEXT [--prompt TEXT...] [--max-tokens N]
+[--temperature T] [--top-k K] [--seed S] [KEY=VALUE...]``: text from a trained language model.
 
-The prompt and its continuation go to stdout (nothing else, so the text can be piped); the
-line saying which checkpoint, how many tokens and how fast goes to stderr. Generation imports
-jax inside the handler only, so the listing commands stay fast.
+The prompt and its continuation go to stdout (nothing else, so the text can be piped); with
+several ``--prompt`` (continued as one batch) each prompt and its continuation, in order, an
+empty line between them. The line saying which checkpoint, how many tokens and how fast goes
+to stderr. Generation imports jax inside the handler only, so the listing commands stay fast.
 
 Example:
     >>> from nnx_plugins.cli._main import build_parser
     >>> args = build_parser().parse_args(
     ...     ["generate", "gpt.yaml", "--checkpoint", "runs/gpt/checkpoints", "--prompt", "def ",
-    ...      "--max-tokens", "50", "--temperature", "0.8", "--top-k", "10"])
+    ...      "--prompt", "class ", "--max-tokens", "50", "--temperature", "0.8", "--top-k", "10"])
     >>> args.file, args.prompt, args.max_tokens, args.temperature, args.top_k, args.seed
-    ('gpt.yaml', 'def ', 50, 0.8, 10, 0)
+    ('gpt.yaml', ['def ', 'class '], 50, 0.8, 10, 0)
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _generate(args: argparse.Namespace) -> int:
         result = generate(
             config,
             checkpoint=chosen.path,
-            prompt=args.prompt,
+            prompt=args.prompt[0] if len(args.prompt) == 1 else args.prompt,
             max_tokens=args.max_tokens,
             temperature=args.temperature,
             top_k=args.top_k,
@@ -53,10 +54,16 @@ def _generate(args: argparse.Namespace) -> int:
     except NnxError as error:  # (configs, checkpoints, data, prompts: they say where)
         report(f"nnx: error: {error}")
         return 1
-    write_text(result.prompt + result.text + "\n")
-    rate = len(result.tokens) / max(result.seconds, 1e-9)
-    why = f", {chosen.note}" if chosen.note else ""
-    held = len(result.unfinished)
+    several = not isinstance(result.prompt, str)
+    pairs = zip(result.prompt, result.text) if several else [(result.prompt, result.text)]
+    write_text("\n".join(prompt + text + "\n" for prompt, text in pairs))
+    counts = [len(t) for t in result.tokens] if several else [len(result.tokens)]
+    rate = sum(counts) / max(result.seconds, 1e-9)
+    facts = [f"step {result.step}"] if result.step is not None else []  # (imported: no step)
+    facts += [chosen.note] if chosen.note else []
+    why = f" ({', '.join(facts)})" if facts else ""
+    each = f" ({', '.join(map(str, counts))} per prompt)" if several else ""
+    held = sum(map(len, result.unfinished)) if several else len(result.unfinished)
     unfinished = (
         f"; {held} byte{'s' * (held != 1)} of a character the last tokens did not finish held "
         "back (invalid UTF-8 alone)"
@@ -64,7 +71,7 @@ def _generate(args: argparse.Namespace) -> int:
         else ""
     )
     report(
-        f"nnx: {len(result.tokens)} tokens from {result.checkpoint} (step {result.step}{why}) "
+        f"nnx: {sum(counts)} tokens{each} from {result.checkpoint}{why} "
         f"in {result.seconds:.1f} s ({rate:.0f} tokens/s, compilation included){unfinished}"
     )
     return 0
@@ -123,14 +130,21 @@ def add_commands(subparsers: Any) -> None:
         help="set a value by path, as for nnx train (e.g. data.path=notes.txt)",
     )
     parser.add_argument("--checkpoint", **CHECKPOINT_OPTION)
-    parser.add_argument("--prompt", metavar="TEXT", required=True, help="the text to continue")
+    parser.add_argument(
+        "--prompt",
+        metavar="TEXT",
+        required=True,
+        action="append",
+        help="the text to continue; several --prompt are continued as one batch",
+    )
     parser.add_argument(
         "--max-tokens",
         metavar="N",
         type=_whole(1),
         default=None,
-        help="tokens to add (default: as many as fit the model's maximum length); the prompt "
-        "and N tokens must fit it",
+        help="tokens to add to each prompt (default: as many as fit the model's maximum length, "
+        "at most 100); the longest prompt and N tokens must fit it; a row ends early at the "
+        "tokenizer's EOS",
     )
     parser.add_argument(
         "--temperature",

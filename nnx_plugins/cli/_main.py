@@ -3,7 +3,7 @@
 One module per command group adds its subcommands (``add_commands``): `_plugins`, `_names`
 (layers and Variable kinds), `_run_parts` (tasks, datasets, metrics, loggers, callbacks),
 `_config` (validate, schema, build), `_train` (train, eval), `_generate` (generate) and
-`_predict` (predict).
+`_predict` (predict), `_export` (export jax, export hf).
 Listing commands read package metadata only: they import neither jax nor pydantic nor any
 plugin, so each group imports heavy modules inside its handlers.
 
@@ -24,13 +24,13 @@ from typing import Any
 
 from .._text import suggest
 from ..registry._errors import PluginError
-from . import _config, _generate, _import, _names, _plugins, _predict, _run_parts, _train
+from . import _config, _export, _generate, _import, _names, _plugins, _predict, _run_parts, _train
 from ._config import usage_error
 from ._output import fail, keep_stderr, plugin_warnings_as_lines, registry, report
 
 __all__ = ["main", "build_parser", "version_text"]
 
-_GROUPS = (_plugins, _names, _run_parts, _config, _train, _generate, _import, _predict)
+_GROUPS = (_plugins, _names, _run_parts, _config, _train, _generate, _import, _predict, _export)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -43,6 +43,7 @@ from nnx_layers import Repeat
 
 from .._errors import NnxError
 from ..training._memory import available_memory, human_bytes
+from ._padding import PaddingError, check_mask
 from ._unroll import unrolling, unstack
 
 __all__ = [
@@ -364,6 +365,7 @@ def decode(
     top_k: int | None = None,
     seed: int = 0,
     scan_blocks: bool = False,
+    mask: Any = None,
 ) -> jax.Array:
     """Continue ``prompt`` by ``max_tokens`` tokens, decoding with the KV cache.
 
@@ -386,19 +388,32 @@ def decode(
         seed: the random seed of the draws, 0 .. 2**63-1 (`seed_key`).
         scan_blocks: keep each `nnx_layers.Repeat` a scan over its blocks (compiled once
             whatever the depth, slower per token) instead of unrolling it.
+        mask: ``(batch, length)``, True for a real token, False for padding: prompts of
+            different lengths padded on the left (`left_padded`), for a model that takes a
+            mask (`takes_mask`); None: every token is real.
+
+    A model that takes a mask (`nnx_layers.CausalLM`) gets the prompt as one chunk (its
+    positions numbered from each row's first real token, as transformers' ``generate``
+    numbers them), then one token per step; another model gets one prompt position per step.
+    Either way the token after position ``t`` is drawn with ``fold_in(key, t)``.
 
     Returns:
         The new token ids, ``(batch, max_tokens)`` int32.
 
     Raises:
-        GenerationError: a bad argument; a prompt plus ``max_tokens`` past the model's
-            maximum length (or 2**31-1 positions); caches for them larger than the memory
-            available (estimated abstractly, before anything is allocated); a model that
-            does not decode from a cache or does not return ``(batch, length, vocab)`` logits.
+        GenerationError: a bad argument; a mask that does not fit the prompt or the model; a
+            prompt plus ``max_tokens`` past the model's maximum length (or 2**31-1
+            positions); caches for them larger than the memory available (estimated
+            abstractly, before anything is allocated); a model that does not decode from a
+            cache or does not return ``(batch, length, vocab)`` logits.
     """
     prompt = _check_arguments(prompt, max_tokens, temperature, top_k, seed)
     if not isinstance(scan_blocks, bool):
         raise GenerationError(f"scan_blocks must be True or False, got {scan_blocks!r}.")
+    try:
+        mask = check_mask(model, prompt.shape, mask)
+    except PaddingError as error:
+        raise GenerationError(str(error)) from None
     _check_length(model, prompt, max_tokens)
     _check_memory(model, prompt.shape[0], prompt.shape[1], max_tokens)
     graphdef, state = nnx.split(model)
@@ -407,7 +422,10 @@ def decode(
         plan = unrolling(graphdef, treedef, leaves)
         graphdef, treedef, leaves = plan.graphdef, plan.treedef, unstack(plan, leaves)
     options = dict(new=max_tokens, temperature=float(temperature), top_k=top_k)
-    return _cached(leaves, prompt, seed_key(seed), graphdef=graphdef, treedef=treedef, **options)
+    options.update(graphdef=graphdef, treedef=treedef)
+    if mask is not None:
+        return _prefilled(leaves, prompt, jnp.asarray(mask), seed_key(seed), **options)
+    return _cached(leaves, prompt, seed_key(seed), **options)
 
 
 _STATIC = ("graphdef", "new", "temperature", "top_k")
@@ -437,6 +455,37 @@ def _cached(leaves: list[Any], prompt: jax.Array, key: jax.Array, **static: Any)
     start = (rest, jnp.zeros((batch,), jnp.int32))
     _, drawn = jax.lax.scan(step, start, jnp.arange(length + new - 1))
     return drawn[length - 1 :].T
+
+
+@functools.partial(jax.jit, static_argnames=(*_STATIC, "treedef"))
+def _prefilled(
+    leaves: list[Any], prompt: jax.Array, mask: jax.Array, key: jax.Array, **static: Any
+) -> jax.Array:
+    """`decode`'s program for a model that takes a padding mask: a copy in decoding mode, the
+    (left-padded) prompt as one chunk with its mask, then one token per step of a
+    ``lax.scan``, the non-Param state carried; the draws as `_cached` makes them."""
+    batch, length = prompt.shape
+    new = static["new"]
+    state = jax.tree.unflatten(static["treedef"], leaves)
+    model = nnx.merge(static["graphdef"], state)  # new objects: the caller's model is untouched
+    start_decoding(model, batch, length + new)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    draw = functools.partial(sample, temperature=static["temperature"], top_k=static["top_k"])
+    model = nnx.merge(graphdef, params, rest)
+    logits = _logits_of_last(model(prompt, mask=mask), batch)
+    first = draw(logits, jax.random.fold_in(key, length - 1))
+    real = jnp.ones((batch, 1), bool)
+
+    def step(carry: Any, t: jax.Array) -> Any:
+        rest, previous = carry
+        model = nnx.merge(graphdef, params, rest)
+        logits = _logits_of_last(model(previous[:, None], mask=real), batch)
+        drawn = draw(logits, jax.random.fold_in(key, t))
+        return (nnx.state(model, nnx.Not(nnx.Param)), drawn), drawn
+
+    start = (nnx.state(model, nnx.Not(nnx.Param)), first)
+    _, drawn = jax.lax.scan(step, start, jnp.arange(length, length + new - 1))
+    return jnp.concatenate([first[:, None], drawn.T], axis=1)
 
 
 def decode_by_recomputation(

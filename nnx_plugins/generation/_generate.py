@@ -1,9 +1,13 @@
 """`generate`: text from a trained language model, its config and a checkpoint.
 
-The model is built from the config (as ``nnx train`` built it) and filled from the checkpoint;
-the vocabulary is the one the checkpoint recorded (``data.level: bytes`` or the characters of
-the training text), and the config's data must agree with it. The prompt is encoded with it,
-continued by `decode` (the KV cache) and the new tokens decoded back to text.
+The model is built from the config (as ``nnx train`` built it) and filled from the checkpoint.
+Text becomes token ids and back through the config's ``tokenizer`` section when it names one
+(``{type: hf, path: tokenizer.json}``, as ``nnx import hf`` writes it: its EOS ends a row), else
+through the vocabulary the checkpoint recorded (``data.level: bytes`` or the characters of the
+training text), which the config's data must agree with. The prompts are continued by `decode`
+(the KV cache): several prompts as one batch, padded on the left with their mask for a model
+that takes one (`nnx_layers.CausalLM`: the prompt as one chunk, rows numbered as transformers'
+``generate`` numbers them), else one batch per prompt length.
 
 Example:
     >>> import pathlib, tempfile
@@ -36,6 +40,7 @@ import dataclasses
 import os
 import pathlib
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,38 +53,96 @@ from ..training.checkpoints._load import load
 from ..training.checkpoints._manifest import read_manifest
 from ..training.data._base import DataError
 from ..training.data._text import Vocabulary
+from ..training.data._tokenizers import make_tokenizer
 from ._decode import GenerationError, check_options, decode, model_max_length
+from ._padding import after_eos, left_padded, takes_mask
 
-__all__ = ["Generation", "generate", "DEFAULT_TOKENS"]
+__all__ = ["Generation", "generate", "DEFAULT_TOKENS", "MAX_PROMPTS"]
 
 DEFAULT_TOKENS = 100
-"""New tokens when ``max_tokens`` is not given and the model has no maximum length."""
+"""The most new tokens when ``max_tokens`` is not given (fewer where the model's maximum length
+leaves fewer)."""
+
+MAX_PROMPTS = 4096
+"""The most prompts one call continues (one batch)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Generation:
     """What `generate` produced.
 
+    For a list of prompts, ``prompt``, ``text``, ``tokens`` and ``unfinished`` are tuples with
+    one entry per prompt, in order.
+
     Attributes:
         prompt: the prompt, as given.
         text: the continuation: the new tokens decoded, always valid text. On byte tokens, the
             bytes of a character the last tokens began but did not finish are held back (in
             ``unfinished``), and bytes that form no character (the model broke a character
-            off) become U+FFFD.
-        tokens: the new token ids (those held back included).
+            off) become U+FFFD. Through a tokenizer: its ``decode`` of the tokens, special
+            tokens skipped (transformers' ``tokenizer.decode(ids, skip_special_tokens=True)``).
+        tokens: the new token ids (those held back included), up to and including the EOS
+            that ended the row, if one did.
         checkpoint: the checkpoint directory the weights came from.
         step: the training step of that checkpoint.
         seconds: wall time of the decoding (compilation included).
         unfinished: the bytes held back: the start of a character cut off by ``max_tokens``.
     """
 
-    prompt: str
-    text: str
-    tokens: tuple[int, ...]
+    prompt: str | tuple[str, ...]
+    text: str | tuple[str, ...]
+    tokens: tuple[int, ...] | tuple[tuple[int, ...], ...]
     checkpoint: pathlib.Path
     step: int | None
     seconds: float
-    unfinished: bytes = b""
+    unfinished: bytes | tuple[bytes, ...] = b""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Text:
+    """How prompts become token ids and new tokens text, and which tokens end a row."""
+
+    encode: Callable[[str], np.ndarray]
+    decode: Callable[[np.ndarray], tuple[str, bytes]]
+    eos_token_ids: tuple[int, ...] = ()
+    pad_token_id: int = 0
+
+
+def _text_of(config: Any, manifest: dict[str, Any]) -> _Text:
+    """The config's tokenizer when it names one (not ``bytes``), else the checkpoint's
+    vocabulary (checked against the config's data)."""
+    section = config.sections.get("tokenizer")
+    if section is None or section.type == "bytes":
+        vocabulary = _vocabulary(config, manifest)
+        return _Text(
+            lambda prompt: _encode(vocabulary, prompt),
+            lambda tokens: _decoded(vocabulary, tokens),
+        )
+    try:
+        tokenizer = make_tokenizer(section.part.dump())
+        eos, pad = tuple(tokenizer.eos_token_ids), tokenizer.pad_token_id
+    except DataError as error:
+        raise GenerationError(f"the config's tokenizer: {error}") from None
+    return _Text(
+        lambda prompt: _tokenized(tokenizer, prompt),
+        lambda tokens: (tokenizer.decode(tokens), b""),
+        eos,
+        0 if pad is None else int(pad),
+    )
+
+
+def _tokenized(tokenizer: Any, prompt: str) -> np.ndarray:
+    _check_prompt(prompt)
+    try:
+        ids = np.asarray(tokenizer.encode(prompt), np.int32)
+    except DataError as error:
+        raise GenerationError(f"the prompt {_shown(prompt)}: {error}") from None
+    if ids.size == 0:
+        raise GenerationError(
+            f"the prompt {_shown(prompt)} is no token at all for the tokenizer (it keeps "
+            "nothing of it): give text the tokenizer encodes."
+        )
+    return ids
 
 
 def _vocabulary(config: Any, manifest: dict[str, Any]) -> Vocabulary:
@@ -101,7 +164,7 @@ def _vocabulary(config: Any, manifest: dict[str, Any]) -> Vocabulary:
     return vocabulary
 
 
-def _encode(vocabulary: Vocabulary, prompt: str) -> np.ndarray:
+def _check_prompt(prompt: Any) -> None:
     if not isinstance(prompt, str) or not prompt:
         shown = f"{type(prompt).__name__} {_shown(prompt)}" if prompt != "" else "''"
         raise GenerationError(
@@ -112,6 +175,10 @@ def _encode(vocabulary: Vocabulary, prompt: str) -> np.ndarray:
         prompt.encode("utf-8")
     except UnicodeEncodeError as error:
         raise GenerationError(_not_text(prompt, error.start)) from None
+
+
+def _encode(vocabulary: Vocabulary, prompt: str) -> np.ndarray:
+    _check_prompt(prompt)
     try:
         return vocabulary.encode(prompt)
     except DataError as error:
@@ -153,23 +220,28 @@ def generate(
     config: Any,
     *,
     checkpoint: str | os.PathLike[str],
-    prompt: str,
+    prompt: str | Sequence[str],
     max_tokens: int | None = None,
     temperature: float = 1.0,
     top_k: int | None = None,
     seed: int = 0,
     compile_cache: bool = True,
 ) -> Generation:
-    """Continue ``prompt`` with the language model of ``config`` trained into ``checkpoint``.
+    """Continue ``prompt`` (or each of a list of prompts) with the language model of
+    ``config`` trained into ``checkpoint`` (see the module docstring).
 
     Args:
         config: a config file path, mapping or `Config`: its ``model`` and ``data`` sections
-            are those of the run (``nnx train``'s), e.g. ``examples/text_gpt.yaml``.
+            are those of the run (``nnx train``'s), e.g. ``examples/text_gpt.yaml``, or the
+            ``config.yaml`` of ``nnx import hf``.
         checkpoint: a checkpoint directory, or a directory of ``step_N`` checkpoints (the
             newest is used).
-        prompt: the text to continue.
-        max_tokens: how many tokens to add; the prompt and these must fit the model's maximum
-            length. ``None``: as many as fit (100 when no layer limits the length).
+        prompt: the text to continue, or a list of texts (at most `MAX_PROMPTS`) continued
+            together; with ``temperature=0`` each row gives what transformers'
+            ``generate(do_sample=False)`` gives it in a left-padded batch.
+        max_tokens: how many tokens to add to each prompt; the longest prompt and these must
+            fit the model's maximum length. A row stops early at the tokenizer's EOS.
+            ``None``: as many as fit, at most `DEFAULT_TOKENS`.
         temperature: ``0`` for greedy decoding; else the softmax temperature.
         top_k: draw among the ``top_k`` most likely tokens only (``None``: all).
         seed: the random seed of the draws.
@@ -177,40 +249,91 @@ def generate(
             before (as `nnx_plugins.train` does).
 
     Returns:
-        A `Generation`.
+        A `Generation` (its ``prompt``, ``text``, ``tokens`` and ``unfinished`` one per prompt
+        when ``prompt`` is a list).
 
     Raises:
         ConfigError: the config is invalid.
         CheckpointError: the checkpoint is missing, corrupt or does not fit the model.
         DataError: the config's data cannot be read.
-        GenerationError: the checkpoint records no text vocabulary or one that differs from
-            the config's data; the prompt is empty, is not text (a byte that is not UTF-8, a
-            lone surrogate) or holds a character outside the vocabulary; ``max_tokens`` is
-            past the model's maximum length, or needs caches larger than the memory
-            available; a bad argument (e.g. a seed past 2**63-1).
+        GenerationError: the checkpoint records no text vocabulary (and the config names no
+            tokenizer) or one that differs from the config's data; a prompt is empty, is not
+            text (a byte that is not UTF-8, a lone surrogate) or holds a character outside the
+            vocabulary; no prompts, or more than `MAX_PROMPTS`; ``max_tokens`` is past the
+            model's maximum length, or needs caches larger than the memory available; a bad
+            argument (e.g. a seed past 2**63-1).
     """
     check_options(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
+    prompts = _prompts(prompt)
     config = load_train_config(config)
     manifest = read_manifest(checkpoint)
-    vocabulary = _vocabulary(config, manifest)
-    ids = _encode(vocabulary, prompt)
+    text = _text_of(config, manifest)
+    rows = [_numbered(text.encode, one, i, len(prompts)) for i, one in enumerate(prompts)]
     model = build_model(config)
     load(manifest["directory"], into=model)
     if max_tokens is None:
         limit = model_max_length(model)
-        max_tokens = DEFAULT_TOKENS if limit is None else max(limit - len(ids), 1)
+        longest = max(len(row) for row in rows)
+        max_tokens = (
+            DEFAULT_TOKENS if limit is None else min(max(limit - longest, 1), DEFAULT_TOKENS)
+        )
     started = time.perf_counter()
-    tokens = decode(
-        model, ids[None], max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed
+    options = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
+    tokens = _continued(model, rows, text.pad_token_id, options)
+    tokens, lengths = after_eos(
+        tokens, eos_token_ids=text.eos_token_ids, pad_token_id=text.pad_token_id
     )
-    new = np.asarray(tokens)[0]
-    text, unfinished = _decoded(vocabulary, new)
+    new = [tokens[i, :length] for i, length in enumerate(lengths)]
+    decoded = [text.decode(row) for row in new]
+    seconds = time.perf_counter() - started
+    where, step = pathlib.Path(manifest["directory"]), manifest.get("step")
+    ids = [tuple(int(t) for t in row) for row in new]
+    if isinstance(prompt, str):
+        return Generation(prompt, decoded[0][0], ids[0], where, step, seconds, decoded[0][1])
     return Generation(
-        prompt,
-        text,
-        tuple(int(t) for t in new),
-        pathlib.Path(manifest["directory"]),
-        manifest.get("step"),
-        time.perf_counter() - started,
-        unfinished,
+        tuple(prompts),
+        tuple(t for t, _ in decoded),
+        tuple(ids),
+        where,
+        step,
+        seconds,
+        tuple(u for _, u in decoded),
     )
+
+
+def _prompts(prompt: Any) -> list[str]:
+    """``prompt`` as a list of prompts (each checked when encoded: a value that is neither a
+    text nor a list is refused there, as a prompt that is not text)."""
+    if not isinstance(prompt, (list, tuple)):
+        return [prompt]
+    if not prompt or len(prompt) > MAX_PROMPTS:
+        raise GenerationError(
+            f"give from 1 to {MAX_PROMPTS:,} prompts, got {len(prompt):,}: they are continued "
+            "as one batch."
+        )
+    return list(prompt)
+
+
+def _numbered(encode: Callable[[str], np.ndarray], prompt: Any, index: int, count: int) -> Any:
+    """``encode(prompt)``; an error names the prompt's place among several."""
+    try:
+        return encode(prompt)
+    except GenerationError as error:
+        if count == 1:
+            raise
+        raise GenerationError(f"prompt {index + 1} of {count}: {error}") from None
+
+
+def _continued(model: Any, rows: list[np.ndarray], pad: int, options: dict[str, Any]) -> Any:
+    """The new tokens of every row, ``(rows, max_tokens)``: one left-padded batch for a model
+    that takes a mask; else one batch per prompt length (a model without a mask would attend
+    to the padding)."""
+    if takes_mask(model) or len(rows) == 1:
+        ids, mask = left_padded(rows, pad_token_id=pad)
+        return np.asarray(decode(model, ids, mask=mask, **options))
+    tokens = np.zeros((len(rows), options["max_tokens"]), np.int32)
+    for length in sorted({len(row) for row in rows}):
+        chosen = [i for i, row in enumerate(rows) if len(row) == length]
+        batch = np.stack([rows[i] for i in chosen])
+        tokens[chosen] = np.asarray(decode(model, batch, **options))
+    return tokens

@@ -41,6 +41,7 @@ __all__ = [
     "backward",
     "plan",
     "to_transformers",
+    "table_rows",
     "path_text",
 ]
 
@@ -224,6 +225,22 @@ class Plan:
         return self._names.get(name, name)
 
     _names: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def table_rows(
+    converter: Converter, settings: Mapping[str, Any]
+) -> list[tuple[str, Rule, int | None]]:
+    """Every row of ``converter``'s table for ``settings`` (a ``config.json``): ``(transformers
+    name, rule, layer index or None)``, a per-layer rule once per layer (export reads them).
+
+    Example:
+        >>> from nnx_plugins.pretrained._convert import Converter, Rule, table_rows
+        >>> converter = Converter(config=dict, layers=lambda c: 2,
+        ...     table=lambda c: [Rule("h.{i}.w", "blocks/block/w"), Rule("wte", "embed")])
+        >>> [(name, layer) for name, _, layer in table_rows(converter, {})]
+        [('h.0.w', 0), ('h.1.w', 1), ('wte', None)]
+    """
+    return _expand(converter.table(settings), converter.layers(settings))
 
 
 def _expand(rules: Sequence[Rule], layers: int) -> list[tuple[str, Rule, int | None]]:

@@ -15,7 +15,7 @@ Example:
     >>> out = os.path.join(tempfile.mkdtemp(), "tiny-llama")
     >>> result = import_hf("tests/fixtures/hf/llama", out)
     >>> result.architecture, sorted(os.listdir(out))
-    ('LlamaForCausalLM', ['checkpoint', 'config.yaml', 'tokenizer.json', 'tokenizer_config.json'])
+    ('LlamaForCausalLM', ['checkpoint', 'config.json', 'config.yaml', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json'])
     >>> model = nnx_plugins.load(os.path.join(out, "checkpoint"))
     >>> type(model).__name__, model.blocks.count
     ('CausalLM', 2)
@@ -55,7 +55,8 @@ __all__ = ["import_hf", "Imported", "find_converter", "DTYPES", "DEFAULT_TEXT"]
 DTYPES = ("float32", "bfloat16", "float16")
 #: the text an imported language model's config trains on until ``data.path=`` says otherwise
 DEFAULT_TEXT = "stdlib:json"
-_SIDE_FILES = ("tokenizer.json", "tokenizer_config.json")
+_SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "config.json", "generation_config.json")
+"""Copied into DST: the tokenizer, and transformers' configs (``nnx export hf`` writes them back)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,6 +196,7 @@ def _full_config(config: dict[str, Any], source: Source) -> dict[str, Any]:
     if out.get("task", {}).get("type") == "language_model" and "data" not in out:
         length = out["model"].get("max_length") or 128
         out["data"] = {"type": "text", "path": DEFAULT_TEXT, "seq_len": min(int(length), 128)}
+    out.setdefault("checkpoint", {"init_from": "checkpoint"})  # (nnx train starts from it)
     out.setdefault("optimizer", {"type": "adamw", "learning_rate": 1e-4})
     out.setdefault("train", {"steps": 100, "batch_size": 8})
     return out

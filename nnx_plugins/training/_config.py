@@ -92,11 +92,16 @@ class KeepBest(pydantic.BaseModel):
 
 
 class CheckpointSection(pydantic.BaseModel):
-    """``checkpoint:`` where (``dir``, relative to the run directory), how often, how many kept.
+    """``checkpoint:`` where (``dir``, relative to the run directory), how often, how many kept,
+    and the checkpoint a run starts from.
 
     ``interval`` counts steps; without it a checkpoint is written at the end of training only.
     ``keep_best`` also writes a checkpoint at each evaluation that improves its metric, and
-    keeps the best one beside the newest ``keep``.
+    keeps the best one beside the newest ``keep``. ``init_from`` names a checkpoint (a
+    directory, or a directory of ``step_N`` checkpoints: the newest), relative to the config
+    file, whose model weights the run starts from instead of fresh ones (fine-tuning, e.g. an
+    imported model); only `LoRAParam` adapters may be missing from it (they start fresh). A
+    resumed run starts from its own checkpoint instead.
     """
 
     model_config = pydantic.ConfigDict(extra="forbid")
@@ -105,6 +110,23 @@ class CheckpointSection(pydantic.BaseModel):
     interval: PositiveInt | None = None
     keep: PositiveInt = 3
     keep_best: KeepBest | None = None
+    init_from: str | None = None
+
+    @pydantic.field_validator("init_from")
+    @classmethod
+    def _names_a_path(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or "\0" in value):
+            raise PydanticCustomError(
+                "nnx_init_from",
+                "must name a checkpoint directory (relative to the config file), e.g. 'checkpoint'",
+            )
+        return value
+
+    def with_paths_resolved(self, folder: str) -> CheckpointSection:
+        """This section with a relative ``init_from`` made absolute, relative to ``folder``."""
+        if self.init_from is None or os.path.isabs(self.init_from):
+            return self
+        return self.model_copy(update={"init_from": os.path.join(folder, self.init_from)})
 
     @pydantic.field_validator("dir")
     @classmethod
@@ -135,7 +157,8 @@ def load_train_config(config: Any) -> Any:
     """`load_config` for training: every training section validated, defaults filled in.
 
     Returns a `Config` whose ``sections`` always hold the sections of `SECTIONS`; the data's
-    path arguments (``data.path``) are made absolute, relative to the config file.
+    path arguments (``data.path``) and ``checkpoint.init_from`` are made absolute, relative
+    to the config file.
 
     Raises:
         ConfigError: every problem of every section with its location.
@@ -164,6 +187,7 @@ def load_train_config(config: Any) -> Any:
     if source not in ("<dict>", "<to_config>") and os.path.exists(source):
         folder = os.path.dirname(os.path.abspath(source))
         sections["data"] = sections["data"].with_paths_resolved(folder)
+        sections["checkpoint"] = sections["checkpoint"].with_paths_resolved(folder)
         if sections.get("tokenizer") is not None:  # (the tokenizer section: _tokenizer.py)
             sections["tokenizer"] = sections["tokenizer"].with_paths_resolved(folder)
     sections["data"] = tokenized(sections["data"], sections.get("tokenizer"))

@@ -29,6 +29,7 @@ from jax.sharding import NamedSharding
 from .._errors import NnxError
 from ._assembly import Parts, config_error, located_data_error
 from ._device_memory import DeviceMemory
+from ._init_from import start_from
 from ._layout import Layout
 from ._preflight import batch_struct, compile_step, measure_step, plan_layout
 from ._sharded import constructor, create_sharded
@@ -145,11 +146,11 @@ def make_plan(config: Any, parts: Parts, run_dir: pathlib.Path) -> Plan:
 
 def setup(plan: Plan, layout: Layout | None) -> tuple[Any, Any]:
     """The run's model and optimizer: built on the default device, or, over a mesh, created
-    directly sharded as ``layout`` says (`create_sharded`)."""
+    directly sharded as ``layout`` says (`create_sharded`); then filled from
+    ``checkpoint.init_from`` when the config names one (`start_from`)."""
     make = maker(plan)
-    if layout is None:
-        return make()
-    model, optimizer = create_sharded(make, layout)
+    model, optimizer = make() if layout is None else create_sharded(make, layout)
+    optimizer = start_from(plan, model, optimizer)
     return model, optimizer
 
 

@@ -129,17 +129,27 @@ def _fill(
     manifest: Mapping[str, Any],
     source: Callable[[str, Mapping[str, Any], Any, str, list[str]], Any],
     problems: list[str],
+    *,
+    allow_missing: Any = None,
 ) -> list[tuple[Any, Any]]:
     """(Variable, value) for every entry of ``node``; ``source(key, info, current, where,
-    problems)`` makes the value placed like ``current``, or returns None after adding problems."""
+    problems)`` makes the value placed like ``current``, or returns None after adding problems.
+    The Variables of ``node`` that the filter ``allow_missing`` matches may lack an entry."""
 
     entries = {k: v for k, v in manifest["entries"].items() if k.startswith(prefix + "/")}
     assignments = []
     seen = set()
+    optional = (
+        set()
+        if allow_missing is None
+        else {p for p, _ in nnx_core.state(node, allow_missing).flat_state()}
+    )
     for path, variable in nnx_core.state(node).flat_state():
         key = entry_key(prefix, path)
         where = format_path((prefix, *path))
         info = entries.get(key)
+        if info is None and path in optional:
+            continue  # (allowed to be absent: it keeps its value)
         if info is None:
             problems.append(
                 f"{where}: missing from the checkpoint (the model has a "
@@ -239,6 +249,7 @@ def load(
     into: Any = None,
     optimizer: Any = None,
     extra: Mapping[str, Any] | None = None,
+    allow_missing: Any = None,
 ) -> Any:
     """Load a checkpoint: into ``into`` (a Module), or into a model rebuilt from its config.
 
@@ -253,6 +264,9 @@ def load(
             the manifest's config.
         optimizer: an `nnx_core.Optimizer` to fill with the saved optimizer state.
         extra: Modules saved beside the model (`save`'s ``extra``), by name, to fill too.
+        allow_missing: a filter of the model's Variables that may be absent from the
+            checkpoint (e.g. ``LoRAParam``: fresh adapters on pretrained weights); they keep
+            their values. Anything else absent is an error.
 
     Returns:
         The model.
@@ -276,16 +290,20 @@ def load(
         model.kernel: the checkpoint holds float32(2, 3) but the model expects float32(4, 3).
     """
     if jax.process_count() == 1:
-        model, assignments = _prepare(directory, into, optimizer, extra)
+        model, assignments = _prepare(directory, into, optimizer, extra, allow_missing)
     else:
-        model, assignments = _prepare_together(directory, into, optimizer, extra)
+        model, assignments = _prepare_together(directory, into, optimizer, extra, allow_missing)
     for variable, value in assignments:
         variable.value = value
     return model
 
 
 def _prepare(
-    directory: str | os.PathLike[str], into: Any, optimizer: Any, extra: Any = None
+    directory: str | os.PathLike[str],
+    into: Any,
+    optimizer: Any,
+    extra: Any = None,
+    allow_missing: Any = None,
 ) -> tuple[Any, list]:
     """The model and every (Variable, value) to assign; CheckpointError if anything does not fit."""
     manifest = read_manifest(directory)
@@ -297,7 +315,7 @@ def _prepare(
             source = _blocks(stack.enter_context(ShardReader(where, manifest)))
         model = _rebuild(where, manifest) if into is None else into
         problems: list[str] = []
-        assignments = _fill(model, "model", manifest, source, problems)
+        assignments = _fill(model, "model", manifest, source, problems, allow_missing=allow_missing)
         if problems:
             problems[:0] = conversion_hints(model, manifest)
         if optimizer is not None:
@@ -319,12 +337,16 @@ def _prepare(
 
 
 def _prepare_together(
-    directory: str | os.PathLike[str], into: Any, optimizer: Any, extra: Any = None
+    directory: str | os.PathLike[str],
+    into: Any,
+    optimizer: Any,
+    extra: Any = None,
+    allow_missing: Any = None,
 ) -> tuple[Any, list]:
     """`_prepare` in every process; nothing is assigned anywhere unless all of them succeeded."""
     failure: CheckpointError | None = None
     try:
-        model, assignments = _prepare(directory, into, optimizer, extra)
+        model, assignments = _prepare(directory, into, optimizer, extra, allow_missing)
     except CheckpointError as error:
         failure = error
     outcomes = gather_text("ok" if failure is None else "!" + "; ".join(failure.problems))

@@ -16,6 +16,7 @@ from nnx_plugins import (
     generate,
     train,
 )
+from nnx_plugins.generation._generate import MAX_PROMPTS
 from nnx_plugins.training._loop import build_model
 
 from .gpt import gpt_config
@@ -252,3 +253,33 @@ def test_bytes_that_form_no_character_become_the_replacement_character(tmp_path)
     out = generate(config, checkpoint=checkpoint, prompt="ab", temperature=0)
     assert out.text == "\ufffda\ufffdb" and out.unfinished == b""
     assert out.text.encode("utf-8").decode("utf-8") == out.text
+
+
+# --- several prompts (a model without a mask: one batch per prompt length) ----------------
+
+
+def test_prompts_of_different_lengths_give_what_each_gives_alone(run):
+    config, checkpoint, _ = run
+    prompts = ["the cat s", "the m", "the cat sat"]
+    together = generate(config, checkpoint=checkpoint, prompt=prompts, max_tokens=4, temperature=0)
+    assert together.prompt == tuple(prompts) and together.unfinished == (b"", b"", b"")
+    for index, prompt in enumerate(prompts):
+        alone = generate(config, checkpoint=checkpoint, prompt=prompt, max_tokens=4, temperature=0)
+        assert together.tokens[index] == alone.tokens and together.text[index] == alone.text
+    assert together.text[0] == "at o" and together.text[2] == " on "  # (as it learned)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "match"),
+    [
+        ([], r"give from 1 to 4,096 prompts, got 0"),
+        (["t"] * (MAX_PROMPTS + 1), r"give from 1 to 4,096 prompts, got 4,097"),
+        (["the", "", "t"], r"prompt 2 of 3: the prompt must be non-empty text, got ''"),
+        (["the", "dog"], r"prompt 2 of 2: the prompt 'dog': the character 'd' \(position 0\)"),
+        (("the", b"cat"), r"prompt 2 of 2: the prompt must be non-empty text, got bytes"),
+    ],
+)
+def test_a_bad_list_of_prompts(run, prompt, match):
+    config, checkpoint, _ = run
+    with pytest.raises(GenerationError, match=match):
+        generate(config, checkpoint=checkpoint, prompt=prompt, max_tokens=2)

@@ -40,11 +40,14 @@ def test_an_import_writes_a_config_a_checkpoint_and_the_tokenizer(imported):
     out = imported("mistral")  # (the sharded fixture)
     assert sorted(os.listdir(out)) == [
         "checkpoint",
+        "config.json",
         "config.yaml",
+        "generation_config.json",
         "tokenizer.json",
         "tokenizer_config.json",
     ]
     config = load_train_config(out / "config.yaml")
+    assert config.sections["checkpoint"].init_from == str(out / "checkpoint")
     assert config.sections["task"].type == "language_model"
     tokenizer = config.sections["tokenizer"]
     assert tokenizer.type == "hf" and tokenizer.arguments["path"] == str(out / "tokenizer.json")

@@ -1,0 +1,144 @@
+"""``nnx export jax|hf FILE --checkpoint DIR --out OUT``: a trained model for serving, or back
+to transformers.
+
+``jax`` writes a serialized `jax.export` artifact (StableHLO, the weights inside) that plain jax
+loads with ``jax.export.deserialize`` and runs without nnx; ``hf`` writes a directory
+transformers loads (a model of ``nnx import hf``, LoRA adapters merged). Each export writes its
+output whole or not at all and never replaces an existing path. jax is imported inside the
+handlers only, so the listing commands stay fast.
+
+Example:
+    >>> from nnx_plugins.cli._main import build_parser
+    >>> args = build_parser().parse_args(
+    ...     ["export", "jax", "gpt.yaml", "--checkpoint", "ckpt", "--out", "gpt.jax",
+    ...      "--input-shape", "b,128"])
+    >>> args.file, args.checkpoint, args.out, args.input_shape
+    ('gpt.yaml', 'ckpt', 'gpt.jax', 'b,128')
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .._errors import NnxError
+from ._checkpoint import CHECKPOINT_OPTION, resolve_checkpoint
+from ._config import one_file
+from ._output import add_command, report
+
+__all__ = ["add_commands"]
+
+
+def _export_jax(args: argparse.Namespace) -> int:
+    from ..config._load import load_config  # (here: listing stays light)
+    from ..pretrained._export_jax import export_jax  # (here: listing stays light)
+    from ..training._config import load_train_config  # (here: listing stays light)
+
+    given = one_file(args, "export jax FILE --checkpoint DIR --out FILE [options] [KEY=VALUE...]")
+    if given is None:
+        return 2
+    try:
+        config = load_config(given[0], overrides=given[1])
+        chosen = resolve_checkpoint(args.checkpoint, load_train_config(config))
+        result = export_jax(
+            config,
+            checkpoint=chosen.path,
+            out=args.out,
+            input_shape=args.input_shape,
+            input_dtype=args.input_dtype,
+        )
+    except NnxError as error:  # (configs, checkpoints, shapes, the output: they say where)
+        report(f"nnx: error: {error}")
+        return 1
+    print(
+        f"wrote {result.path} ({result.size / 2**20:.1f} MiB): {result.inputs} -> "
+        f"{result.outputs}; run it with jax.export.deserialize(open(path, 'rb').read()).call(x)"
+    )
+    return 0
+
+
+def _export_hf(args: argparse.Namespace) -> int:
+    from ..config._load import load_config  # (here: listing stays light)
+    from ..pretrained._export_hf import export_hf  # (here: listing stays light)
+    from ..training._config import load_train_config  # (here: listing stays light)
+
+    given = one_file(args, "export hf FILE --checkpoint DIR --out DIR [options] [KEY=VALUE...]")
+    if given is None:
+        return 2
+    try:
+        config = load_config(given[0], overrides=given[1])
+        chosen = resolve_checkpoint(args.checkpoint, load_train_config(config))
+        result = export_hf(
+            config,
+            checkpoint=chosen.path,
+            out=args.out,
+            hf_config=args.hf_config,
+        )
+    except NnxError as error:  # (configs, checkpoints, config.json, the output: they say where)
+        report(f"nnx: error: {error}")
+        return 1
+    merged = f", {result.adapters} LoRA projections merged" if result.adapters else ""
+    print(
+        f"wrote {result.directory}: {result.architecture}, {result.tensors} tensors "
+        f"({result.size / 2**20:.1f} MiB){merged}; load it with transformers' "
+        f"{result.auto_class}.from_pretrained"
+    )
+    return 0
+
+
+def _common(parser: argparse.ArgumentParser, out: str) -> None:
+    parser.add_argument("file", metavar="FILE", help="the config of the model")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="set a value by path, as for nnx train (e.g. data.path=notes.txt)",
+    )
+    parser.add_argument("--checkpoint", **CHECKPOINT_OPTION)
+    parser.add_argument(
+        "--out", metavar=out, required=True, help=f"the {out.lower()} to write; it must not exist"
+    )
+
+
+def add_commands(subparsers: Any) -> None:
+    """Register ``export jax`` and ``export hf`` on the ``nnx`` command's subparsers."""
+    export = subparsers.add_parser(
+        "export", help="write a trained model for serving or for other libraries"
+    ).add_subparsers(dest="action", metavar="FORMAT", required=True)
+    to_jax = add_command(
+        export,
+        "jax",
+        _export_jax,
+        "write a serialized jax.export artifact (StableHLO, weights inside) that plain jax "
+        "runs; batch and sequence length symbolic where the model allows",
+    )
+    _common(to_jax, "FILE")
+    to_jax.add_argument(
+        "--input-shape",
+        metavar="AXES",
+        default=None,
+        help="the whole input shape, batch first, each axis a size or a name for a symbolic "
+        "size, e.g. b,128 or 1,8,8,1 (default: from the data section, batch and sequence "
+        "length symbolic)",
+    )
+    to_jax.add_argument(
+        "--input-dtype",
+        default=None,
+        choices=("float32", "float16", "bfloat16", "int32", "int64", "uint8", "bool"),
+        help="the input's dtype (default: the data's; int32 for token ids)",
+    )
+    to_hf = add_command(
+        export,
+        "hf",
+        _export_hf,
+        "write a directory transformers loads (from_pretrained): the model of nnx import hf, "
+        "fine-tuned or not, LoRA adapters merged",
+    )
+    _common(to_hf, "DIR")
+    to_hf.add_argument(
+        "--hf-config",
+        metavar="FILE",
+        default=None,
+        help="transformers' config.json of the model (default: the config.json beside FILE, "
+        "where nnx import hf keeps it)",
+    )

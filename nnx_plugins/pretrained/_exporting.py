@@ -1,0 +1,139 @@
+"""What every export shares: `ExportError`, the trained model of a config and a checkpoint, and
+writing the output so that it appears whole or not at all (never over an existing path).
+
+Example:
+    >>> import pathlib, tempfile
+    >>> from nnx_plugins.pretrained._exporting import ExportError, new_output, write_file
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "model.bin"
+    >>> write_file(new_output(out), b"abc").read_bytes()
+    b'abc'
+    >>> try:
+    ...     new_output(out)
+    ... except ExportError as error:
+    ...     print(str(error).split(":")[0])
+    the output ...model.bin exists (a file)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from .._errors import NnxError
+from .._text import os_problem
+from ..training._loop import build_model
+from ..training.checkpoints._load import load
+from ..training.checkpoints._manifest import read_manifest
+
+__all__ = ["ExportError", "trained_model", "new_output", "write_file", "write_directory"]
+
+
+class ExportError(NnxError, ValueError):
+    """A model, checkpoint or output path that an export cannot take."""
+
+
+def trained_model(config: Any, checkpoint: str | os.PathLike[str]) -> tuple[Any, dict[str, Any]]:
+    """The model of ``config`` (as ``nnx train`` builds it) filled from ``checkpoint``, in
+    evaluation mode; and the checkpoint's manifest.
+
+    Raises:
+        ConfigError: the config is invalid.
+        CheckpointError: the checkpoint is missing, corrupt or does not fit the model.
+    """
+    manifest = read_manifest(checkpoint)
+    model = build_model(config)
+    load(manifest["directory"], into=model)
+    model.eval()
+    return model, manifest
+
+
+def new_output(out: str | os.PathLike[str]) -> pathlib.Path:
+    """``out`` as a path, after checking that nothing is there and its folder exists.
+
+    Raises:
+        ExportError: ``out`` exists, or the folder it would go in does not.
+    """
+    path = pathlib.Path(out)
+    if os.path.lexists(path):
+        kind = "folder" if path.is_dir() else "file"
+        raise ExportError(
+            f"the output {path} exists (a {kind}): an export never replaces anything. Remove "
+            f"it or choose another --out."
+        )
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        raise ExportError(
+            f"the output {path} cannot be written: its folder {parent} does not exist. Create "
+            f"it first or choose another --out."
+        )
+    return path
+
+
+def write_file(out: pathlib.Path, data: bytes) -> pathlib.Path:
+    """Write ``data`` to ``out`` (checked by `new_output`) through a temporary file in the same
+    folder, linked into place only when complete: ``out`` is whole or absent, never replaced.
+
+    Raises:
+        ExportError: the file cannot be written (a full disk, no permission), or something
+            appeared at ``out`` meanwhile; nothing is left behind.
+    """
+
+    def fill(temporary: pathlib.Path) -> None:
+        temporary.write_bytes(data)
+
+    return _publish(out, fill, directory=False)
+
+
+def write_directory(out: pathlib.Path, fill: Callable[[pathlib.Path], None]) -> pathlib.Path:
+    """Make the directory ``out`` (checked by `new_output`): ``fill(folder)`` writes into a
+    temporary folder beside it, renamed to ``out`` only when ``fill`` returned.
+
+    Raises:
+        ExportError: as `write_file`; whatever ``fill`` raises is raised after the temporary
+            folder is removed.
+    """
+    return _publish(out, fill, directory=True)
+
+
+def _publish(out: pathlib.Path, fill: Callable[[pathlib.Path], None], *, directory: bool) -> Any:
+    parent = out.absolute().parent
+    try:
+        if directory:
+            temporary = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+        else:
+            handle, name = tempfile.mkstemp(prefix=f".{out.name}.", dir=parent)
+            os.close(handle)
+            temporary = pathlib.Path(name)
+    except OSError as error:
+        raise ExportError(f"cannot write into {parent}: {os_problem(error)}.") from None
+    try:
+        fill(temporary)
+        if directory:
+            _rename_new(temporary, out)
+        else:
+            os.link(temporary, out)  # (fails if out appeared meanwhile: never replaced)
+    except OSError as error:
+        raise ExportError(
+            f"cannot write {out}: {os_problem(error)}. Nothing was written; free space or fix "
+            f"permissions, or choose another --out."
+        ) from None
+    finally:
+        with contextlib.suppress(OSError):
+            if temporary.is_dir():
+                shutil.rmtree(temporary)
+            else:
+                temporary.unlink()
+    return out
+
+
+def _rename_new(temporary: pathlib.Path, out: pathlib.Path) -> None:
+    """Rename ``temporary`` to ``out``, refusing when ``out`` appeared meanwhile (a rename
+    replaces an empty folder silently)."""
+    if os.path.lexists(out):
+        raise FileExistsError(17, "File exists", str(out))
+    os.rename(temporary, out)
