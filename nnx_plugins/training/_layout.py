@@ -21,8 +21,8 @@ Example:
     >>> from nnx_plugins.training._layout import Layout
     >>> layout = Layout.of({"data": 1, "fsdp": 1, "model": 1}, {})
     >>> kernel = nnx.Param(jnp.zeros((64, 256)), sharding_names=("embed", "mlp"))
-    >>> layout.plan_spec(("kernel",), kernel, sizes={"data": 2, "fsdp": 4, "model": 2})
-    PartitionSpec('fsdp', 'model')
+    >>> tuple(layout.plan_spec(("kernel",), kernel, sizes={"data": 2, "fsdp": 4, "model": 2}))
+    ('fsdp', 'model')
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Example:
     ...     "data": {"type": "digits", "layout": "flat"}})
     >>> memory = layout_memory(config, run_layout(config, {"data": 1}), allow_large=False)
     >>> memory.parameter_bytes, memory.optimizer_bytes
-    (2600, 5204)
+    (2600, 5208)
 """
 
 from __future__ import annotations

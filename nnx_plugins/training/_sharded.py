@@ -18,8 +18,8 @@ Example:
     ...     model = Linear(4, 8, rngs=nnx.Rngs(0))
     ...     return model, nnx.Optimizer(model, optax.adam(1e-3))
     >>> model, optimizer = create_sharded(make, Layout.of(make_mesh({"data": 1}), {}))
-    >>> model.kernel.value.sharding.spec, model.kernel.value.shape
-    (PartitionSpec(), (4, 8))
+    >>> tuple(model.kernel.value.sharding.spec), model.kernel.value.shape
+    ((), (4, 8))
 """
 
 from __future__ import annotations
