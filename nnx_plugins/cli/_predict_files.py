@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import NnxError
+from .._files import usual_mode
 from .._text import os_problem
 from ..training.data._base import check_finite, narrow
 from ..training.data._csv import read_csv, read_header
@@ -259,6 +260,7 @@ def _replacing(path: str) -> Iterator[Any]:
     except OSError as error:
         raise PredictError(f"cannot write --output {path}: {os_problem(error)}.") from None
     try:
+        usual_mode(temporary)  # (mkstemp's 0600: the output is read as the umask allows)
         with os.fdopen(fd, "wb") as handle:
             yield handle
         os.replace(temporary, path)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import NnxError
+from .._files import usual_mode
 from .._text import os_problem
 from ..training._loop import build_model
 from ..training.checkpoints._load import load
@@ -109,6 +110,7 @@ def _publish(out: pathlib.Path, fill: Callable[[pathlib.Path], None], *, directo
             handle, name = tempfile.mkstemp(prefix=f".{out.name}.", dir=parent)
             os.close(handle)
             temporary = pathlib.Path(name)
+        usual_mode(temporary)  # (0700 / 0600: the export is read as the umask allows)
     except OSError as error:
         raise ExportError(f"cannot write into {parent}: {os_problem(error)}.") from None
     try:

@@ -37,6 +37,7 @@ import yaml
 
 import nnx_core
 
+from .._files import usual_mode
 from .._text import os_problem
 from ..config._build import build
 from ..registry._errors import PluginError
@@ -318,6 +319,7 @@ def _write(
     try:
         parent.mkdir(parents=True, exist_ok=True)
         temporary = pathlib.Path(tempfile.mkdtemp(prefix=f".{destination.name}.tmp-", dir=parent))
+        usual_mode(temporary)  # (mkdtemp's 0700: DST is read as the umask allows)
         (temporary / "checkpoint").mkdir()
         written = write_checkpoint(
             str(temporary / "checkpoint"), parameters, config={"model": config["model"]}, run=run

@@ -22,8 +22,10 @@ __all__ = ["is_key", "global_array", "place"]
 
 
 def is_key(value: Any) -> bool:
-    """Whether ``value`` is an array of typed PRNG keys."""
-    return isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key)
+    """Whether ``value`` is an array (or an abstract one) of typed PRNG keys."""
+    return isinstance(value, (jax.Array, jax.ShapeDtypeStruct)) and jnp.issubdtype(
+        value.dtype, jax.dtypes.prng_key
+    )
 
 
 def global_array(shape: Sequence[int], sharding: Any, read: Callable[[Any], Any]) -> Any:

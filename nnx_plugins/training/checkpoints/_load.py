@@ -210,6 +210,8 @@ def _one_file(tensors: Mapping[str, np.ndarray]) -> Callable[..., Any]:
             return place(restored, sharding)  # (each process puts the blocks of its devices)
         if sharding is not None and not is_key(restored):
             return jax.device_put(restored, sharding)
+        if _is_abstract(current) and not is_key(restored):
+            return jnp.asarray(restored)  # (a model built abstractly: on the default device)
         return restored
 
     return source
@@ -226,7 +228,9 @@ def _blocks(reader: ShardReader) -> Callable[..., Any]:
     return source
 
 
-def _rebuild(where: pathlib.Path, manifest: Mapping[str, Any]) -> Any:
+def _rebuild(where: pathlib.Path, manifest: Mapping[str, Any], *, abstract: bool = False) -> Any:
+    """The model of the manifest's config; ``abstract``: built under `nnx_core.eval_shape`
+    (nothing initialized or allocated: every value comes from the checkpoint)."""
 
     config = manifest.get("config")
     if not isinstance(config, Mapping) or "model" not in config:
@@ -240,7 +244,18 @@ def _rebuild(where: pathlib.Path, manifest: Mapping[str, Any]) -> Any:
     model_config = {"model": config["model"]}
     if "plugins" in config:
         model_config["plugins"] = config["plugins"]
+    if abstract:
+        try:
+            model = nnx_core.eval_shape(lambda: build(model_config))
+        except Exception:  # noqa: BLE001 - a layer that cannot be built abstractly: built as usual
+            return build(model_config)
+        if all(_is_abstract(x) for x in jax.tree.leaves(nnx_core.state(model))):
+            return model
     return build(model_config)
+
+
+def _is_abstract(value: Any) -> bool:
+    return isinstance(value, jax.ShapeDtypeStruct)
 
 
 def load(
@@ -313,7 +328,10 @@ def _prepare(
             source = _one_file(_read_tensors(where, manifest))
         else:
             source = _blocks(stack.enter_context(ShardReader(where, manifest)))
-        model = _rebuild(where, manifest) if into is None else into
+        # (rebuilt abstractly when every value comes from this one tensor file: nothing is
+        # initialized, and the model is never held twice)
+        abstract = allow_missing is None and manifest["format_version"] == FORMAT_VERSION
+        model = _rebuild(where, manifest, abstract=abstract) if into is None else into
         problems: list[str] = []
         assignments = _fill(model, "model", manifest, source, problems, allow_missing=allow_missing)
         if problems:

@@ -38,6 +38,7 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from ..._errors import NnxError
+from ..._files import usual_mode
 from ..._text import os_problem
 from .._collectives import broadcast_text, gather_text, process_label
 from ._blocks import SHARD_FILE, shard_file
@@ -182,6 +183,7 @@ def save(
     try:
         directory.parent.mkdir(parents=True, exist_ok=True)
         temporary = tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent)
+        usual_mode(temporary)  # (mkdtemp's 0700: a checkpoint is read as the umask allows)
         _write_tensors(tensors, os.path.join(temporary, TENSORS))
         manifest["sha256"] = _sha256(os.path.join(temporary, TENSORS))
         _write_manifest(manifest, os.path.join(temporary, MANIFEST))
@@ -299,6 +301,7 @@ def _start_temporary(directory: pathlib.Path, needed: int) -> pathlib.Path:
             _check_replaceable(directory)
             directory.parent.mkdir(parents=True, exist_ok=True)
             made = tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent)
+            usual_mode(made)
             name = os.path.basename(made)
         except CheckpointError as error:
             problem = error
