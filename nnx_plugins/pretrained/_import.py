@@ -209,9 +209,7 @@ def _text_data(
 ) -> dict[str, Any]:
     """The ``text`` data of a language model: windows that fit its positions; a masked LM's
     (`MASKED_MODELS`) mask tokens as BERT's pretraining does, when its mask token is known."""
-    positions = model.get("max_length") or (model.get("position_embed") or {}).get(
-        "num_embeddings"
-    )
+    positions = model.get("max_length") or (model.get("position_embed") or {}).get("num_embeddings")
     data = {"type": "text", "path": DEFAULT_TEXT, "seq_len": min(int(positions or 128), 128)}
     if model.get("type") in MASKED_MODELS and tokenizer is not None:
         mask = _mask_token_id(source, model)
@@ -389,7 +387,9 @@ def _write(
 def _usage(config: Mapping[str, Any]) -> str:
     """The header's lines on what the weights are for (a masked LM's on its masking)."""
     if config["model"].get("type") not in MASKED_MODELS:
-        return "# The weights are in checkpoint/ (nnx generate config.yaml --checkpoint checkpoint);\n"
+        return (
+            "# The weights are in checkpoint/ (nnx generate config.yaml --checkpoint checkpoint);\n"
+        )
     masking = (config.get("data") or {}).get("masking")
     if masking is not None:
         return (

@@ -440,7 +440,9 @@ class TextDataset(Dataset):
             return self._masked_lm_windows(tokens, batch_size, split)
         return self._next_token_windows(tokens, batch_size)
 
-    def _masked_lm_windows(self, tokens: np.ndarray, batch_size: int, split: str) -> Iterator[Batch]:
+    def _masked_lm_windows(
+        self, tokens: np.ndarray, batch_size: int, split: str
+    ) -> Iterator[Batch]:
         """`_masked_windows` with masking: every token of ``tokens`` is in one window; the
         window ``i`` of ``split`` is masked with the same seed in every run."""
         assert self.masking is not None
@@ -477,7 +479,10 @@ class TextDataset(Dataset):
         if self.masking is None:
             return (("tokens", self.tokens, 0),)
         drawn = np.array([self.masking.mask_token_id, self._masking_vocab - 1])
-        return (("tokens", self.tokens, 0), ("masking (mask_token_id, largest random id)", drawn, 0))
+        return (
+            ("tokens", self.tokens, 0),
+            ("masking (mask_token_id, largest random id)", drawn, 0),
+        )
 
     def state(self) -> dict[str, Any]:
         if self.tokenizer is not None:

@@ -105,8 +105,12 @@ def test_nnx_train_fine_tunes_the_imported_bert_on_the_masked_lm_loss(imported, 
     logged = {row["split"]: row for row in map(json.loads, lines)}
     assert math.isfinite(logged["train"]["loss"]) and math.isfinite(logged["test"]["loss"])
     tokenizer = {"type": "hf", "path": str(destination / "tokenizer.json")}
-    data = TextDataset(str(notes), seq_len=16, tokenizer=tokenizer,
-                       masking={"probability": 0.15, "mask_token_id": 4})
+    data = TextDataset(
+        str(notes),
+        seq_len=16,
+        tokenizer=tokenizer,
+        masking={"probability": 0.15, "mask_token_id": 4},
+    )
     batch = data.batch(0, 2, seed=0)
     model = nnx_plugins.load(destination / "checkpoint")
     logits = nnx.jit(lambda model, tokens: model(tokens))(model, batch["inputs"])  # (one compile)

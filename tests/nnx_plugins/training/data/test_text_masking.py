@@ -66,8 +66,9 @@ def test_bert_shares_of_the_chosen_positions(notes):
     """15% chosen; of those 80% the mask id, 10% a random id, 10% kept (seeded: exact)."""
     windows = np.full((200, 64), 7, np.int32)
     seeds = [[1, 2, 3, row] for row in range(len(windows))]
-    out = mask_rows(windows, np.ones(windows.shape, bool), seeds, Masking(mask_token_id=5),
-                    vocab_size=1000)
+    out = mask_rows(
+        windows, np.ones(windows.shape, bool), seeds, Masking(mask_token_id=5), vocab_size=1000
+    )
     chosen = out["mask"].astype(bool)
     assert 0.13 < chosen.mean() < 0.17
     picked = out["inputs"][chosen]
@@ -80,11 +81,13 @@ def test_bert_shares_of_the_chosen_positions(notes):
 def test_probability_one_chooses_every_real_position_and_padding_never(notes):
     windows = np.arange(8, dtype=np.int32).reshape(2, 4) + 10
     real = np.array([[1, 1, 1, 1], [1, 0, 0, 0]], bool)
-    out = mask_rows(windows, real, [[0], [1]], Masking(probability=1.0, mask_token_id=0),
-                    vocab_size=20)
+    out = mask_rows(
+        windows, real, [[0], [1]], Masking(probability=1.0, mask_token_id=0), vocab_size=20
+    )
     np.testing.assert_array_equal(out["mask"], real.astype(np.int32))
-    rare = mask_rows(windows, real, [[0], [1]], Masking(probability=1e-9, mask_token_id=0),
-                     vocab_size=20)
+    rare = mask_rows(
+        windows, real, [[0], [1]], Masking(probability=1e-9, mask_token_id=0), vocab_size=20
+    )
     assert rare["mask"].sum(axis=1).tolist() == [1, 1] and rare["mask"][1, 0] == 1
 
 
@@ -153,12 +156,15 @@ def test_masking_that_cannot_work_is_refused(notes):
 
 def test_a_mask_id_outside_the_vocabulary_is_refused_with_its_size(notes):
     with pytest.raises(
-        DataError, match=r"masking.mask_token_id is 256, outside the vocabulary of level bytes: "
-        r"256 token ids \(0 to 255\)"
+        DataError,
+        match=r"masking.mask_token_id is 256, outside the vocabulary of level bytes: "
+        r"256 token ids \(0 to 255\)",
     ):
         masked(notes, mask_token_id=256).describe()
     bert = TextDataset(
-        notes, seq_len=8, tokenizer={"type": "hf", "path": BERT_TOKENIZER},
+        notes,
+        seq_len=8,
+        tokenizer={"type": "hf", "path": BERT_TOKENIZER},
         masking={"mask_token_id": 200},
     )
     with pytest.raises(DataError, match=r"the tokenizer '.*tokenizer.json': 200 token ids"):
@@ -181,8 +187,11 @@ def config(tmp_path, notes, *, rows=256, masking="{mask_token_id: 0}"):
 
 def test_the_config_section_locates_bad_masking(tmp_path, notes, capsys):
     path = config(tmp_path, notes, masking="{probability: 2, mask_token_id: 0}")
-    with pytest.raises(ConfigError, match=r"mlm.yaml:7:\d+: data.masking.probability: Input "
-                       r"should be less than or equal to 1 \(got int 2\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"mlm.yaml:7:\d+: data.masking.probability: Input "
+        r"should be less than or equal to 1 \(got int 2\)",
+    ):
         load_train_config(path)
     assert main(["train", str(path), "--run-dir", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err
