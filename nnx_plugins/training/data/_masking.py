@@ -6,8 +6,9 @@ a chosen position's input becomes ``mask_token_id`` 80% of the time, a random to
 and stays itself 10%. The targets are the original tokens at the same positions (not shifted)
 and the ``mask`` marks the chosen positions, so the ``language_model`` task's loss (cross
 entropy where the mask is 1) is the masked-LM loss. A row's choice is a pure function of the
-numbers that seed it (`row_seed`): the training run's seed, the step and the row; the
-validation and test rows use fixed seeds, the same in every run.
+numbers that seed it: a training batch's ``(train.seed, step)`` and the row's index; a
+validation or test window's own fixed seed (its split and index), the same in every run and
+whatever the batch size.
 
 Example:
     >>> import numpy as np
@@ -15,7 +16,7 @@ Example:
     >>> masking = Masking(probability=0.5, mask_token_id=0)
     >>> windows = np.arange(1, 9, dtype=np.int32).reshape(2, 4)
     >>> real = np.ones((2, 4), bool)
-    >>> out = mask_rows(windows, real, [[0, 0, 0], [0, 0, 1]], masking, vocab_size=10)
+    >>> out = mask_rows(windows, real, (0, 0), masking, vocab_size=10)
     >>> sorted(out), out["targets"].tolist() == windows.tolist()
     (['inputs', 'mask', 'targets'], True)
     >>> bool((out["mask"].sum(axis=1) >= 1).all())                 # at least one per row
@@ -35,15 +36,23 @@ from pydantic_core import PydanticCustomError, ValidationError
 
 from ._base import Batch, DataError
 
-__all__ = ["Masking", "mask_rows", "as_masking", "row_seed", "MASK_SHARE", "RANDOM_SHARE"]
+__all__ = [
+    "Masking",
+    "mask_rows",
+    "as_masking",
+    "MASK_SHARE",
+    "RANDOM_SHARE",
+    "MASK_STREAM",
+    "SPLITS",
+]
 
 #: of the chosen positions: the share given the mask id, then the share given a random id
 #: (the rest keep their token), as in BERT's pretraining
 MASK_SHARE, RANDOM_SHARE = 0.8, 0.1
 #: the first number of every masking seed: no other random stream of the data starts with it
-_STREAM = 0x6D61736B  # ("mask")
-#: the second number of a validation or test row's seed (a training row's is the run's seed,
-#: which is at most 2**63 - 1)
+MASK_STREAM = 0x6D61736B  # ("mask")
+#: the first number after it of a validation or test window's seed ``(SPLITS[split], window)``
+#: (a training batch's is ``(train.seed, step)``; a seed is at most 2**63 - 1)
 SPLITS = {"validation": 2**64 - 2, "test": 2**64 - 1}
 
 
@@ -104,16 +113,10 @@ def as_masking(value: Any) -> Masking | None:
         ) from None
 
 
-def row_seed(first: int, second: int, row: int) -> list[int]:
-    """The seed of one row's choice: ``(seed, step, row)`` for training, ``(SPLITS[split], 0,
-    window)`` for the validation and test windows."""
-    return [_STREAM, int(first), int(second), int(row)]
-
-
 def mask_rows(
     windows: np.ndarray,
     real: np.ndarray,
-    seeds: Sequence[Sequence[int]],
+    seed: Sequence[int],
     masking: Masking,
     *,
     vocab_size: int,
@@ -121,21 +124,19 @@ def mask_rows(
     """The masked-LM batch of ``windows`` (``int32[rows, seq_len]``): ``inputs`` (the chosen
     positions replaced), ``targets`` (the windows) and ``mask`` (1 at the chosen positions).
 
-    Only ``real`` positions (``bool[rows, seq_len]``, each row holding at least one) are chosen;
-    row ``i`` draws from ``np.random.default_rng(seeds[i])``.
+    Only ``real`` positions (``bool[rows, seq_len]``, each row holding at least one) are chosen.
+    Everything is drawn from one ``np.random.default_rng([MASK_STREAM, *seed])``, row ``i`` from
+    row ``i`` of its arrays: a row's choice is a function of ``seed``, its index and the shape.
     """
-    inputs = windows.copy()
-    chosen = np.zeros(windows.shape, bool)
-    for row, seed in enumerate(seeds):
-        rng = np.random.default_rng(list(seed))
-        draw = rng.random(windows.shape[1])
-        picked = (draw < masking.probability) & real[row]
-        if not picked.any():  # (every row predicts something)
-            picked[rng.choice(np.flatnonzero(real[row]))] = True
-        kind = rng.random(windows.shape[1])
-        random_ids = rng.integers(0, vocab_size, windows.shape[1], dtype=np.int64)
-        inputs[row] = np.where(picked & (kind < MASK_SHARE), masking.mask_token_id, inputs[row])
-        replace = picked & (kind >= MASK_SHARE) & (kind < MASK_SHARE + RANDOM_SHARE)
-        inputs[row] = np.where(replace, random_ids, inputs[row])
-        chosen[row] = picked
+    rng = np.random.default_rng([MASK_STREAM, *map(int, seed)])
+    draw, kind = rng.random(windows.shape), rng.random(windows.shape)
+    random_ids = rng.integers(0, vocab_size, windows.shape, dtype=np.int64)
+    spare = rng.random(windows.shape[0])
+    chosen = (draw < masking.probability) & real
+    for row in np.flatnonzero(~chosen.any(axis=1)):  # (every row predicts something)
+        places = np.flatnonzero(real[row])
+        chosen[row, places[int(spare[row] * len(places))]] = True
+    inputs = np.where(chosen & (kind < MASK_SHARE), masking.mask_token_id, windows)
+    replace = chosen & (kind >= MASK_SHARE) & (kind < MASK_SHARE + RANDOM_SHARE)
+    inputs = np.where(replace, random_ids, inputs).astype(np.int32)
     return {"inputs": inputs, "targets": windows, "mask": chosen.astype(np.int32)}

@@ -53,7 +53,7 @@ from ._base import (
     epoch_order,
 )
 from ._files import check_size, open_regular
-from ._masking import SPLITS, Masking, as_masking, mask_rows, row_seed
+from ._masking import SPLITS, Masking, as_masking, mask_rows
 from ._paths import glob_files, has_magic, walk_files
 from ._tokenizers import make_tokenizer
 
@@ -409,20 +409,20 @@ class TextDataset(Dataset):
             )
         return steps
 
-    def _windows(self, starts: np.ndarray, seeds: list[list[int]]) -> Batch:
+    def _windows(self, starts: np.ndarray, seed: tuple[int, int]) -> Batch:
         span = starts[:, None] + np.arange(self.seq_len + 1)
         window = self.tokens[span].astype(np.int32)
         if self.masking is None:
             return {"inputs": window[:, :-1], "targets": window[:, 1:]}
         real = np.ones((len(starts), self.seq_len), bool)
         vocab = self._masking_vocab
-        return mask_rows(window[:, :-1], real, seeds, self.masking, vocab_size=vocab)
+        return mask_rows(window[:, :-1], real, seed, self.masking, vocab_size=vocab)
 
     def batch(self, step: int, batch_size: int, seed: int) -> Batch:
         epoch, index = divmod(step, self.steps_per_epoch(batch_size))
         order = epoch_order(seed, epoch, len(self._starts))
         starts = self._starts[order[index * batch_size : (index + 1) * batch_size]]
-        return self._windows(starts, [row_seed(seed, step, row) for row in range(len(starts))])
+        return self._windows(starts, (seed, step))
 
     def test_batches(self, batch_size: int) -> Iterator[Batch]:
         return self._masked_windows(self.tokens[self._corpus[2] :], batch_size, "test")
@@ -454,8 +454,11 @@ class TextDataset(Dataset):
         for first in range(0, count, batch_size):
             rows = np.arange(first, min(first + batch_size, count))
             span = rows[:, None] * self.seq_len + np.arange(self.seq_len)
-            seeds = [row_seed(SPLITS[split], 0, row) for row in rows]
-            yield mask_rows(padded[span], real[span], seeds, self.masking, vocab_size=vocab)
+            each = [
+                mask_rows(w[None], r[None], (SPLITS[split], row), self.masking, vocab_size=vocab)
+                for w, r, row in zip(padded[span], real[span], rows, strict=True)
+            ]
+            yield {key: np.concatenate([one[key] for one in each]) for key in each[0]}
 
     def _next_token_windows(self, tokens: np.ndarray, batch_size: int) -> Iterator[Batch]:
         test = tokens.astype(np.int32)

@@ -53,21 +53,20 @@ def test_the_choice_is_a_pure_function_of_seed_step_and_row(notes):
     other_seed, other_step = data.batch(7, 4, seed=2), data.batch(8, 4, seed=1)
     assert not np.array_equal(first["mask"], other_seed["mask"])
     assert not np.array_equal(first["mask"], other_step["mask"])
-    # a row's choice depends on (seed, step, row) only, not on its window
+    # a row's choice depends on (seed, step, row) only, not on the tokens of its window
     windows = np.tile(np.arange(1, 17, dtype=np.int32), (2, 1))
     real = np.ones((2, 16), bool)
-    seeds = [[9, 1, 7, 0], [9, 1, 7, 1]]
-    one = mask_rows(windows, real, seeds, Masking(mask_token_id=0), vocab_size=20)
-    two = mask_rows(windows + 1, real, seeds, Masking(mask_token_id=0), vocab_size=20)
+    one = mask_rows(windows, real, (9, 1), Masking(mask_token_id=0), vocab_size=20)
+    two = mask_rows(windows + 1, real, (9, 1), Masking(mask_token_id=0), vocab_size=20)
     np.testing.assert_array_equal(one["mask"], two["mask"])
+    assert not np.array_equal(one["mask"][0], one["mask"][1])
 
 
 def test_bert_shares_of_the_chosen_positions(notes):
     """15% chosen; of those 80% the mask id, 10% a random id, 10% kept (seeded: exact)."""
     windows = np.full((200, 64), 7, np.int32)
-    seeds = [[1, 2, 3, row] for row in range(len(windows))]
     out = mask_rows(
-        windows, np.ones(windows.shape, bool), seeds, Masking(mask_token_id=5), vocab_size=1000
+        windows, np.ones(windows.shape, bool), (1, 2), Masking(mask_token_id=5), vocab_size=1000
     )
     chosen = out["mask"].astype(bool)
     assert 0.13 < chosen.mean() < 0.17
@@ -81,12 +80,10 @@ def test_bert_shares_of_the_chosen_positions(notes):
 def test_probability_one_chooses_every_real_position_and_padding_never(notes):
     windows = np.arange(8, dtype=np.int32).reshape(2, 4) + 10
     real = np.array([[1, 1, 1, 1], [1, 0, 0, 0]], bool)
-    out = mask_rows(
-        windows, real, [[0], [1]], Masking(probability=1.0, mask_token_id=0), vocab_size=20
-    )
+    out = mask_rows(windows, real, (0, 1), Masking(probability=1.0, mask_token_id=0), vocab_size=20)
     np.testing.assert_array_equal(out["mask"], real.astype(np.int32))
     rare = mask_rows(
-        windows, real, [[0], [1]], Masking(probability=1e-9, mask_token_id=0), vocab_size=20
+        windows, real, (0, 1), Masking(probability=1e-9, mask_token_id=0), vocab_size=20
     )
     assert rare["mask"].sum(axis=1).tolist() == [1, 1] and rare["mask"][1, 0] == 1
 
@@ -100,8 +97,7 @@ def test_test_and_validation_windows_cover_every_token_once_the_same_in_every_ru
     np.testing.assert_array_equal(targets[: len(held)], held)
     mask = np.concatenate([b["mask"] for b in batches]).reshape(-1)
     assert mask[len(held) :].sum() == 0 and mask.sum() >= len(batches)
-    for batch in batches:
-        assert (batch["mask"][: len(batch["mask"])].sum(axis=1) >= 1).all()
+    assert all((batch["mask"].sum(axis=1) >= 1).all() for batch in batches)
     # the same windows masked the same, whatever the batch size and the run
     again = masked(notes)
     again.hold_out(0.2, seed=5)
@@ -143,10 +139,10 @@ def test_bad_masking_is_refused(notes, masking, match):
     with pytest.raises(DataError, match=match) as error:
         TextDataset(notes, seq_len=8, masking=masking)
     assert error.value.key == "masking"
-    assert as_masking(None) is None
 
 
 def test_masking_that_cannot_work_is_refused(notes):
+    assert as_masking(None) is None and TextDataset(notes).masking is None
     with pytest.raises(DataError, match=r"masking needs seq_len of at least 2, got 1") as error:
         TextDataset(notes, seq_len=1, masking={"mask_token_id": 0})
     assert error.value.key == "seq_len"
