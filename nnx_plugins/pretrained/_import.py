@@ -50,12 +50,15 @@ from ._errors import PretrainedError
 from ._source import CONFIG, Source
 from ._write import Parameter, write_checkpoint
 
-__all__ = ["import_hf", "Imported", "find_converter", "DTYPES", "DEFAULT_TEXT"]
+__all__ = ["import_hf", "Imported", "find_converter", "DTYPES", "DEFAULT_TEXT", "MASKED_MODELS"]
 
 #: the dtypes ``--dtype`` may ask for
 DTYPES = ("float32", "bfloat16", "float16")
 #: the text an imported language model's config trains on until ``data.path=`` says otherwise
 DEFAULT_TEXT = "stdlib:json"
+#: the model types trained as masked language models: their text data masks tokens (BERT's)
+MASKED_MODELS = ("MaskedLM",)
+_MASK_PROBABILITY = 0.15
 _SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "config.json", "generation_config.json")
 """Copied into DST: the tokenizer, and transformers' configs (``nnx export hf`` writes them back)."""
 
@@ -195,12 +198,52 @@ def _full_config(config: dict[str, Any], source: Source) -> dict[str, Any]:
     if tokenizer is not None:
         out["tokenizer"] = tokenizer
     if out.get("task", {}).get("type") == "language_model" and "data" not in out:
-        length = out["model"].get("max_length") or 128
-        out["data"] = {"type": "text", "path": DEFAULT_TEXT, "seq_len": min(int(length), 128)}
+        out["data"] = _text_data(out["model"], source, tokenizer)
     out.setdefault("checkpoint", {"init_from": "checkpoint"})  # (nnx train starts from it)
     out.setdefault("optimizer", {"type": "adamw", "learning_rate": 1e-4})
     out.setdefault("train", {"steps": 100, "batch_size": 8})
     return out
+
+
+def _text_data(
+    model: Mapping[str, Any], source: Source, tokenizer: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The ``text`` data of a language model: windows that fit its positions; a masked LM's
+    (`MASKED_MODELS`) mask tokens as BERT's pretraining does, when its mask token is known."""
+    positions = model.get("max_length") or (model.get("position_embed") or {}).get("num_embeddings")
+    data = {"type": "text", "path": DEFAULT_TEXT, "seq_len": min(int(positions or 128), 128)}
+    if model.get("type") in MASKED_MODELS and tokenizer is not None:
+        mask = _mask_token_id(source, model)
+        if mask is not None:
+            data["masking"] = {"probability": _MASK_PROBABILITY, "mask_token_id": mask}
+    return data
+
+
+def _mask_token_id(source: Source, model: Mapping[str, Any]) -> int | None:
+    """The id of the mask token: the tokenizer's (`HFTokenizer.mask_token_id`), else
+    config.json's ``mask_token_id``; checked to be a token of the model and the tokenizer.
+
+    Raises:
+        PretrainedError: the id is outside either vocabulary (both sizes named).
+    """
+    assert source.tokenizer is not None
+    tokenizer = HFTokenizer(str(source.tokenizer))
+    found, where = tokenizer.mask_token_id, source.tokenizer
+    given = source.config.get("mask_token_id")
+    if found is None and isinstance(given, int) and not isinstance(given, bool):
+        found, where = given, source.directory / CONFIG
+    if found is None:
+        return None
+    rows = (model.get("embed") or {}).get("num_embeddings")
+    sizes = {"the tokenizer's": tokenizer.vocab_size, "the model's": rows}
+    for whose, size in sizes.items():
+        if isinstance(size, int) and not 0 <= found < size:
+            raise PretrainedError(
+                where,
+                f"the mask token id {found} is outside {whose} vocabulary of {size:,} token ids "
+                f"(0 to {size - 1}); the tokenizer and config.json do not belong together",
+            )
+    return int(found)
 
 
 def _check_destination(destination: pathlib.Path) -> None:
@@ -343,6 +386,27 @@ def _write(
             shutil.rmtree(temporary, ignore_errors=True)
 
 
+def _usage(config: Mapping[str, Any]) -> str:
+    """The header's lines on what the weights are for (a masked LM's on its masking)."""
+    if config["model"].get("type") not in MASKED_MODELS:
+        return (
+            "# The weights are in checkpoint/ (nnx generate config.yaml --checkpoint checkpoint);\n"
+        )
+    masking = (config.get("data") or {}).get("masking")
+    if masking is not None:
+        return (
+            "# The weights are in checkpoint/. A masked LM: data.masking picks "
+            f"{masking['probability']:.0%} of the tokens\n# to predict, given as the mask id "
+            f"{masking['mask_token_id']} (80%), a random id (10%) or themselves (10%);\n"
+        )
+    return (
+        "# The weights are in checkpoint/. A masked LM, but no mask token was found (the\n"
+        "# mask_token of tokenizer_config.json, [MASK] or <mask> in tokenizer.json, config.json's\n"
+        "# mask_token_id): set data.masking: {probability: 0.15, mask_token_id: ID} before training\n"
+        "# (without it the text data trains next-token prediction, which this model sees through);\n"
+    )
+
+
 class _Plain(yaml.SafeDumper):
     """Writes repeated values out in full (no ``&id001`` anchors): the file is for reading."""
 
@@ -353,8 +417,8 @@ class _Plain(yaml.SafeDumper):
 def _write_config(path: pathlib.Path, config: dict[str, Any], source: Source) -> None:
     head = (
         f"# {source.architecture} imported from {source.directory.resolve()} by nnx import hf.\n"
-        "# The weights are in checkpoint/ (nnx generate config.yaml --checkpoint checkpoint);\n"
-        "# fine-tune on your text with: nnx train config.yaml data.path=notes.txt\n"
+        + _usage(config)
+        + "# fine-tune on your text with: nnx train config.yaml data.path=notes.txt\n"
     )
     body = yaml.dump(config, Dumper=_Plain, sort_keys=False, default_flow_style=None, width=100)
     path.write_text(head + body, encoding="utf-8")

@@ -1,6 +1,8 @@
 """``BertForMaskedLM``: learned position and token-type embeddings with a `LayerNorm`,
 post-norm blocks (`SelfAttention` with biases, a gelu `MLP`), and the masked-LM head (dense,
-activation, `LayerNorm`, then the token embedding transposed plus a bias).
+activation, `LayerNorm`, then the token embedding transposed plus a bias). Its task is
+``language_model``: the import gives it ``text`` data with ``masking`` (the tokenizer's mask
+token), so the task's loss is the masked-LM loss.
 
 Example:
     >>> from nnx_plugins.pretrained.converters._bert import BERT
@@ -83,7 +85,7 @@ def _config(config: Mapping[str, Any]) -> dict[str, Any]:
         if tied
         else {"type": "Linear", "in_features": width, "out_features": vocab, "use_bias": False},
     }
-    return {"model": model}
+    return {"model": model, "task": {"type": "language_model"}}
 
 
 def _linear(hf: str, nnx: str) -> list[Rule]:

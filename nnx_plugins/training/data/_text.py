@@ -10,6 +10,13 @@ checkpoint (`Vocabulary`). The last ``test_fraction`` of the tokens is the test 
 A batch holds ``inputs`` (``int32[batch, seq_len]``) and ``targets`` (the next token of each
 position); test batches also hold ``mask`` (0 on the padding of the last, shorter window).
 
+``masking: {probability: 0.15, mask_token_id: ID}`` makes it masked-language-model data (BERT's
+objective, `Masking`): the inputs are the windows with the chosen positions replaced (80% by the
+mask id, 10% by a random id, 10% kept), the targets the original tokens at the same positions,
+and every batch's ``mask`` marks the chosen positions, so the ``language_model`` task's loss is
+the masked-LM loss. The choice is a pure function of ``(train.seed, step, row)``; the
+validation and test windows are masked the same way in every run.
+
 Example:
     >>> import pathlib, tempfile
     >>> from nnx_plugins.training.data._text import TextDataset
@@ -46,6 +53,7 @@ from ._base import (
     epoch_order,
 )
 from ._files import check_size, open_regular
+from ._masking import SPLITS, Masking, as_masking, mask_rows
 from ._paths import glob_files, has_magic, walk_files
 from ._tokenizers import make_tokenizer
 
@@ -189,6 +197,24 @@ def _read_text(files: list[str]) -> str:
     return "\n".join(parts)
 
 
+def _check_masking(
+    masking: Masking, *, seq_len: int, level: str, tokenizer: dict[str, Any] | None
+) -> None:
+    if seq_len < 2:
+        raise DataError(
+            f"masking needs seq_len of at least 2, got {seq_len}: a masked token is predicted "
+            "from the tokens around it in its window. Give a longer seq_len.",
+            key="seq_len",
+        )
+    if tokenizer is None and level == "characters":
+        raise DataError(
+            "masking needs an id no token of the text has, but with level: characters every id "
+            "is a character of the text. Use level: bytes with mask_token_id: 0 (NUL: never in "
+            "text), or a tokenizer with a mask token.",
+            key="masking",
+        )
+
+
 class TextDataset(Dataset):
     """Windows of seq_len tokens of UTF-8 text from files, folders, globs or stdlib:NAME.
 
@@ -202,6 +228,15 @@ class TextDataset(Dataset):
         stride: tokens between the starts of training windows (default ``seq_len``).
         tokenizer: a tokenizer spec (``{type: hf, path: ...}``) whose ids replace ``level``'s;
             the config's ``tokenizer:`` section when it is not ``bytes``.
+        masking: ``{probability, mask_token_id}``: masked-language-model batches instead of
+            next-token ones (`Masking`); the mask id must be in the vocabulary (with a
+            tokenizer, its ``[MASK]``; with ``level: bytes``, 0). None: next-token prediction.
+
+    Raises:
+        DataError: a bad argument (``key`` names it): seq_len or stride below 1, test_fraction
+            outside (0, 1), masking with seq_len below 2 or with ``level: characters`` (every
+            id is a character of the text: there is no id free for the mask), or a masking
+            `Masking` refuses.
     """
 
     def __init__(
@@ -213,6 +248,7 @@ class TextDataset(Dataset):
         test_fraction: float = 0.1,
         stride: int | None = None,
         tokenizer: dict[str, Any] | None = None,
+        masking: Masking | None = None,
     ):
         for key, value in (("seq_len", seq_len), ("stride", 1 if stride is None else stride)):
             if value < 1:
@@ -232,6 +268,9 @@ class TextDataset(Dataset):
         self.path, self.seq_len, self.level = path, seq_len, level
         self.test_fraction, self.stride = test_fraction, seq_len if stride is None else stride
         self.tokenizer = tokenizer
+        self.masking = as_masking(masking)
+        if self.masking is not None:
+            _check_masking(self.masking, seq_len=seq_len, level=level, tokenizer=tokenizer)
         self.name = os.path.basename(path.rstrip("/")) or path
         self.validation = 0.0  # (the share of the training tokens held out: `hold_out`)
 
@@ -324,14 +363,35 @@ class TextDataset(Dataset):
 
     def describe(self) -> DataInfo:
         window = jax.ShapeDtypeStruct((self.seq_len,), np.int32)
+        masked = "" if self.masking is None else f", {self.masking.probability:.0%} masked"
         return DataInfo(
             self.name,
             window,
             window,
-            f"data (text {self.name}, level {self.level})",
-            vocab_size=self._vocab_size,
+            f"data (text {self.name}, level {self.level}{masked})",
+            vocab_size=self._vocab_size if self.masking is None else self._masking_vocab,
             masked=True,
         )
+
+    @functools.cached_property
+    def _masking_vocab(self) -> int:
+        """The vocabulary size, checked to hold the mask id (random replacements are drawn
+        from it)."""
+        assert self.masking is not None
+        size, mask = self._vocab_size, self.masking.mask_token_id
+        if mask >= size:
+            what = (
+                f"the tokenizer {self.tokenizer.get('path', self.tokenizer.get('type'))!r}"
+                if self.tokenizer is not None
+                else f"level {self.level}"
+            )
+            raise DataError(
+                f"masking.mask_token_id is {mask}, outside the vocabulary of {what}: {size:,} "
+                f"token ids (0 to {size - 1}). Give the id of the tokenizer's mask token "
+                "([MASK]; with level: bytes, 0).",
+                key="masking",
+            )
+        return size
 
     @property
     def _vocab_size(self) -> int:
@@ -349,27 +409,58 @@ class TextDataset(Dataset):
             )
         return steps
 
-    def _windows(self, starts: np.ndarray) -> Batch:
+    def _windows(self, starts: np.ndarray, seed: tuple[int, int]) -> Batch:
         span = starts[:, None] + np.arange(self.seq_len + 1)
         window = self.tokens[span].astype(np.int32)
-        return {"inputs": window[:, :-1], "targets": window[:, 1:]}
+        if self.masking is None:
+            return {"inputs": window[:, :-1], "targets": window[:, 1:]}
+        real = np.ones((len(starts), self.seq_len), bool)
+        vocab = self._masking_vocab
+        return mask_rows(window[:, :-1], real, seed, self.masking, vocab_size=vocab)
 
     def batch(self, step: int, batch_size: int, seed: int) -> Batch:
         epoch, index = divmod(step, self.steps_per_epoch(batch_size))
         order = epoch_order(seed, epoch, len(self._starts))
-        return self._windows(self._starts[order[index * batch_size : (index + 1) * batch_size]])
+        starts = self._starts[order[index * batch_size : (index + 1) * batch_size]]
+        return self._windows(starts, (seed, step))
 
     def test_batches(self, batch_size: int) -> Iterator[Batch]:
-        return self._masked_windows(self.tokens[self._corpus[2] :], batch_size)
+        return self._masked_windows(self.tokens[self._corpus[2] :], batch_size, "test")
 
     def val_batches(self, batch_size: int) -> Iterator[Batch]:
         """The validation split (none unless `hold_out` made one), as `test_batches`."""
         if self._train_end == self._corpus[2]:
             return iter(())
-        return self._masked_windows(self.tokens[self._train_end : self._corpus[2]], batch_size)
+        held = self.tokens[self._train_end : self._corpus[2]]
+        return self._masked_windows(held, batch_size, "validation")
 
-    def _masked_windows(self, tokens: np.ndarray, batch_size: int) -> Iterator[Batch]:
+    def _masked_windows(self, tokens: np.ndarray, batch_size: int, split: str) -> Iterator[Batch]:
         """Consecutive windows over ``tokens``; the last one padded (its padding masked)."""
+        if self.masking is not None:
+            return self._masked_lm_windows(tokens, batch_size, split)
+        return self._next_token_windows(tokens, batch_size)
+
+    def _masked_lm_windows(
+        self, tokens: np.ndarray, batch_size: int, split: str
+    ) -> Iterator[Batch]:
+        """`_masked_windows` with masking: every token of ``tokens`` is in one window; the
+        window ``i`` of ``split`` is masked with the same seed in every run."""
+        assert self.masking is not None
+        vocab = self._masking_vocab
+        count = -(-len(tokens) // self.seq_len)
+        padded = np.zeros(count * self.seq_len, np.int32)
+        padded[: len(tokens)] = tokens
+        real = np.arange(count * self.seq_len) < len(tokens)
+        for first in range(0, count, batch_size):
+            rows = np.arange(first, min(first + batch_size, count))
+            span = rows[:, None] * self.seq_len + np.arange(self.seq_len)
+            each = [
+                mask_rows(w[None], r[None], (SPLITS[split], row), self.masking, vocab_size=vocab)
+                for w, r, row in zip(padded[span], real[span], rows, strict=True)
+            ]
+            yield {key: np.concatenate([one[key] for one in each]) for key in each[0]}
+
+    def _next_token_windows(self, tokens: np.ndarray, batch_size: int) -> Iterator[Batch]:
         test = tokens.astype(np.int32)
         count = -(-(len(test) - 1) // self.seq_len)
         padded = np.zeros(count * self.seq_len + 1, np.int32)
@@ -386,8 +477,15 @@ class TextDataset(Dataset):
         return (("tokens", self.tokens, 0),)
 
     def input_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
-        """The token ids: every input is one of them."""
-        return (("tokens", self.tokens, 0),)
+        """The token ids: every input is one of them (with masking, also the mask id and the
+        largest random id)."""
+        if self.masking is None:
+            return (("tokens", self.tokens, 0),)
+        drawn = np.array([self.masking.mask_token_id, self._masking_vocab - 1])
+        return (
+            ("tokens", self.tokens, 0),
+            ("masking (mask_token_id, largest random id)", drawn, 0),
+        )
 
     def state(self) -> dict[str, Any]:
         if self.tokenizer is not None:

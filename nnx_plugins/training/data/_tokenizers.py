@@ -255,6 +255,16 @@ class HFTokenizer(Tokenizer):
     def bos_token_id(self) -> int | None:  # type: ignore[override]
         return self._id("bos_token")
 
+    @property
+    def mask_token_id(self) -> int | None:
+        """The id of the mask token of a masked LM: ``mask_token`` of ``tokenizer_config.json``,
+        else ``[MASK]`` or ``<mask>`` when the vocabulary has it; None if none of them."""
+        found = self._id("mask_token")
+        for token in ("[MASK]", "<mask>"):
+            if found is None:
+                found = self._tokenizer.token_to_id(token)
+        return found
+
     def encode(self, text: str, *, special_tokens: bool = True) -> np.ndarray:
         ids = self._tokenizer.encode(text, add_special_tokens=special_tokens).ids
         return np.asarray(ids, np.int32)
