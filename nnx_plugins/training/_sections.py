@@ -154,10 +154,26 @@ def part_schemas(kind: str) -> list[dict[str, Any]]:
             schema = model.model_json_schema(by_alias=True)
         except Exception:  # noqa: BLE001 - a part pydantic cannot describe is left out
             continue
-        schema.pop("$defs", None)
+        schema = _inlined(schema, schema.pop("$defs", {}))
         schema["title"] = name
         schemas.append(schema)
     return schemas
+
+
+def _inlined(schema: Any, defs: dict[str, Any], depth: int = 0) -> Any:
+    """``schema`` with each ``{"$ref": "#/$defs/X"}`` of a part's own models (e.g. the text
+    dataset's ``masking``) replaced by the definition, so the part's schema stands alone."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/") and depth < 8:
+            found = defs.get(ref.removeprefix("#/$defs/"))
+            if found is not None:
+                rest = {k: v for k, v in schema.items() if k != "$ref"}
+                return {**_inlined(found, defs, depth + 1), **rest}
+        return {key: _inlined(value, defs, depth) for key, value in schema.items()}
+    if isinstance(schema, list):
+        return [_inlined(value, defs, depth) for value in schema]
+    return schema
 
 
 class _OnePart(pydantic.BaseModel):
