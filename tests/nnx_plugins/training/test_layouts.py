@@ -1,6 +1,7 @@
 """The same training on any layout: a GPT (a `Repeat` of blocks with ``remat``) on 8 simulated CPU
-devices as ``data=8``, ``fsdp=8``, ``data=2,fsdp=2,model=2`` and ``fsdp=4,model=2`` follows the
-one-device loss curve, and so does an imported Llama (``fsdp=8``, ``data=2,fsdp=2,model=2``); every array stays where the layout puts it, none is ever whole on one
+devices as ``fsdp=8``, ``data=2,fsdp=2,model=2`` and ``fsdp=4,model=2`` (and ``data=8`` when a run
+resumes under it) follows the one-device loss curve, and so does an imported Llama
+(``data=2,fsdp=2,model=2``); every array stays where the layout puts it, none is ever whole on one
 device when ``fsdp`` splits it; checkpoints written under one layout load (and resume) under
 another. Two processes of 4 devices each follow one process of 8 (test_two_processes below).
 
@@ -79,8 +80,8 @@ def gpt_config(path):
     }
 
 
+# (data=8 alone: test_loop.py's eight-device test, and the resume under data=8 below)
 LAYOUTS = {
-    "data8": {"data": 8},
     "fsdp8": {"fsdp": 8},
     "data2_fsdp2_model2": {"data": 2, "fsdp": 2, "model": 2},
     "fsdp4_model2": {"fsdp": 4, "model": 2},
@@ -198,7 +199,7 @@ def corpus(folder):
     return path
 
 
-LLAMA_LAYOUTS = {"fsdp8": {"fsdp": 8}, "data2_fsdp2_model2": {"data": 2, "fsdp": 2, "model": 2}}
+LLAMA_LAYOUTS = {"data2_fsdp2_model2": {"data": 2, "fsdp": 2, "model": 2}}  # (all three axes)
 
 
 def llama_config(folder, text):
