@@ -319,12 +319,26 @@ def _try_optax(function: Callable[..., Any], arguments: Mapping[str, Any]) -> Ex
     return None
 
 
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _check_optax(name: str, given: Mapping[str, Any], problems: Problems) -> None:
     """Make the schedules and the optimizer once, reporting what optax refuses at the argument
     it names: optax raises plain ValueErrors for arguments out of range."""
     for key, value in given.items():
         if isinstance(value, Mapping) and value.get("type") in schedule_names():
             arguments = {k: v for k, v in value.items() if k != "type"}
+            warmup, total = arguments.get("warmup_steps"), arguments.get("decay_steps")
+            if _whole(warmup) and _whole(total) and 0 < total <= warmup:
+                problems.add(
+                    (key, "decay_steps"),
+                    f"decay_steps counts the warmup too, so it must be larger than warmup_steps "
+                    f"({warmup}); it is {total}. Make the run longer (train.steps, when decay_steps "
+                    "follows it) or the warmup shorter.",
+                    total,
+                )
+                continue
             error = _try_optax(getattr(optax.schedules, value["type"]), arguments)
             if error is not None:
                 blamed = _blame(error, arguments)

@@ -188,3 +188,31 @@ def test_trainable_accepts_plugin_kinds():
         }
     )
     assert config.sections["optimizer"].trainable == ["acme.LoRAParam", "BatchStat"]
+
+
+@pytest.mark.parametrize("steps", [20, 50])
+def test_a_warmup_as_long_as_the_run_is_named_not_left_to_optax(tmp_path, steps):
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "model: {type: Linear, in_features: 64, out_features: 10}\n"
+        "data: {type: digits, layout: flat}\n"
+        "optimizer:\n"
+        "  type: adamw\n"
+        "  learning_rate:\n"
+        "    type: warmup_cosine_decay_schedule\n"
+        "    init_value: 0.0\n"
+        "    peak_value: 0.01\n"
+        "    warmup_steps: 50\n"
+        "    decay_steps: ${train.steps}\n"
+        f"train: {{steps: {steps}}}\n"
+    )
+    from nnx_plugins import load_config
+
+    with pytest.raises(ConfigError) as info:
+        load_train_config(load_config(config))
+    assert re.search(
+        r"c\.yaml:10:18: optimizer\.learning_rate\.decay_steps: decay_steps counts the warmup "
+        rf"too, so it must be larger than warmup_steps \(50\); it is {steps}\. Make the run "
+        r"longer \(train\.steps",
+        str(info.value),
+    ), str(info.value)
