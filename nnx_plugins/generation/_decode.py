@@ -43,6 +43,7 @@ from nnx_layers import Repeat
 
 from .._errors import NnxError
 from ..training._memory import available_memory, human_bytes
+from ..training._seed import MAX_SEED, seed_key
 from ._padding import PaddingError, check_mask
 from ._unroll import unrolling, unstack
 
@@ -203,27 +204,8 @@ def _top_k_mask(logits: jax.Array, k: int) -> jax.Array:
     return jnp.zeros(flat.shape, bool).at[rows, indices].set(True).reshape(logits.shape)
 
 
-#: the largest seed: the range of ``train.seed`` (JAX's key takes 32 bits at a time)
-MAX_SEED = 2**63 - 1
 #: positions are int32 in the decoding loop
 MAX_POSITIONS = 2**31 - 1
-
-
-def seed_key(seed: int) -> jax.Array:
-    """The key of ``seed`` (0 .. `MAX_SEED`): ``jax.random.key(seed)`` for seeds below 2**32,
-    the high 32 bits folded in above (a bare key would keep only the low 32 bits, so seeds
-    2**32 apart would draw the same tokens).
-
-    Example:
-        >>> import jax
-        >>> from nnx_plugins.generation._decode import seed_key
-        >>> bool((jax.random.key_data(seed_key(5)) == jax.random.key_data(jax.random.key(5))).all())
-        True
-        >>> bool((jax.random.key_data(seed_key(2**32)) == jax.random.key_data(seed_key(0))).all())
-        False
-    """
-    key = jax.random.key(seed & 0xFFFFFFFF)
-    return jax.random.fold_in(key, seed >> 32) if seed >> 32 else key
 
 
 def check_options(*, max_tokens: Any, temperature: Any, top_k: Any, seed: Any) -> None:

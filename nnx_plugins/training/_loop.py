@@ -65,6 +65,7 @@ from ._run_dir import RunError, RunLock, check_new_run, choose_run_dir
 from ._run_state import check_bad_step, keep_best, save_checkpoint
 from ._run_state import resume as resume_run
 from ._safe_io import write_whole
+from ._seed import seed_key
 from .checkpoints._load import load
 from .checkpoints._manifest import read_manifest
 from .checkpoints._save import CheckpointError, latest_checkpoint
@@ -115,7 +116,7 @@ class TrainResult:
 
 def build_model(config: Any, *, seed: int = 0) -> Any:
     """The model a run of ``config`` trains (``train.precision`` applied), freshly built."""
-    return build(model_config(load_train_config(config)), rngs=nnx.Rngs(seed))
+    return build(model_config(load_train_config(config)), rngs=nnx.Rngs(seed_key(seed)))
 
 
 # -- the run -------------------------------------------------------------------------------------

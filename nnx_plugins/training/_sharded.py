@@ -35,6 +35,7 @@ from ..config._build import build
 from ._layout import Layout
 from ._memory import trainable_kinds
 from ._precision import model_config
+from ._seed import seed_key
 
 __all__ = ["constructor", "create_sharded", "abstract_sharded"]
 
@@ -49,7 +50,7 @@ def constructor(config: Any) -> Callable[[], tuple[Any, Any]]:
     seed = sections["train"].seed
 
     def make() -> tuple[Any, Any]:
-        model = build(model_section, rngs=nnx.Rngs(seed))
+        model = build(model_section, rngs=nnx.Rngs(seed_key(seed)))
         return model, nnx.Optimizer(model, tx, wrt=kinds)
 
     return make
