@@ -59,7 +59,10 @@ def _mlp(variant: str, depth: int) -> Callable[[], Any]:
         objs, step, _ = _models.flax_steps(depth, "default")
         return lambda: ts.module_runner(objs, step)(1)
     state, step, _ = _models.plain_steps(depth, donate=True)
-    return lambda: ts.plain_runner([state], step)(1)
+    box = [
+        state
+    ]  # (one box: the second call must take the first call's output, not the donated input)
+    return lambda: ts.plain_runner(box, step)(1)
 
 
 def _cnn(variant: str, depth: int) -> Callable[[], Any]:
