@@ -45,7 +45,7 @@ def start_from(plan: Any, model: Any, optimizer: Any) -> Any:
     ``optimizer``'s was (a run over a mesh keeps its layout); ``optimizer`` itself otherwise."""
     if not initialize(plan, model):
         return optimizer
-    if getattr(plan, "layout", None) is None:
+    if plan.layout is None:
         return nnx.Optimizer(model, optimizer.tx, wrt=optimizer.wrt)
     graphdef, state = nnx.split(optimizer)
     shardings = jax.tree.map(lambda x: x.sharding, state)
