@@ -8,10 +8,18 @@ transformers' ``save_pretrained`` in the Python that has torch and transformers
 (``--hf-python``, /work/hfvenv/bin/python by default); later runs reuse it. Then, in turns for
 ``--rounds`` rounds (medians reported), each in a fresh process:
 
-- read: the safetensors file's bytes read into memory (``readinto`` one buffer): the limit;
-- load: ``safetensors.numpy.load_file`` (what reading it as arrays costs);
+- read: the safetensors file's bytes read once, 1 MB at a time into one buffer: what reading
+  the bytes costs, nothing kept (the limit; into a new buffer of the file's size the time moves
+  with the kernel's page allocation, 0.3-1.3 s here);
+- read, zeroed buffer: into one ``bytearray`` of the file's size (which Python fills with zeros
+  first), as earlier measurements read it;
+- load: ``safetensors.numpy.load_file`` (what reading it into memory as arrays costs: the
+  fastest way here to hold the bytes);
 - import: ``nnx_plugins.import_hf`` (timed around the call: Python, jax and the registry's
-  start-up apart; ``nnx import hf`` adds them, about 2 s);
+  start-up apart; ``nnx import hf`` adds them, about 2 s); its two parts are timed too:
+  "fixed" (checking the config the converter made and building the abstract model: the same
+  whatever the checkpoint's size) and "stream" (the tensors, from the source through their
+  transforms and the sha256 into the checkpoint file);
 - idle: the same process without the import, for its baseline peak RSS.
 
 Peak RSS is the process's ``ru_maxrss``. The file is in the page cache for every measurement
@@ -46,6 +54,17 @@ WORKERS = {
 import os, sys, time, resource
 path = sys.argv[1] + "/model.safetensors"
 start = time.perf_counter()
+buffer = bytearray(1 << 20)
+with open(path, "rb", buffering=0) as handle:
+    while handle.readinto(buffer):
+        pass
+seconds = time.perf_counter() - start
+print(seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+""",
+    "read, zeroed buffer": """
+import os, sys, time, resource
+path = sys.argv[1] + "/model.safetensors"
+start = time.perf_counter()
 buffer = bytearray(os.path.getsize(path))
 with open(path, "rb", buffering=0) as handle:
     handle.readinto(buffer)
@@ -66,9 +85,22 @@ import nnx_plugins
 from nnx_plugins import import_hf
 nnx_plugins.load_train_config  # (the lazily imported names, before the clock)
 nnx_plugins.default_registry().names("layer")  # (the installed packages' metadata, read once)
+from nnx_plugins.pretrained import _import
+parts = {}
+def timed(name, function):
+    def run(*args, **kwargs):
+        begin = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            parts[name] = time.perf_counter() - begin
+    return run
+_import._abstract_model = timed("fixed", _import._abstract_model)
+_import.write_checkpoint = timed("stream", _import.write_checkpoint)
 start = time.perf_counter()
 import_hf(sys.argv[1], sys.argv[2])
 seconds = time.perf_counter() - start
+print(parts["fixed"], parts["stream"], file=sys.stderr)
 print(seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 shutil.rmtree(sys.argv[2])
 """,
@@ -83,12 +115,17 @@ print(0.0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 }
 
 
-def _run(code: str, *args: str) -> tuple[float, int]:
+def _run(code: str, *args: str) -> tuple[float, int, list[float]]:
     out = subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True
     )
     seconds, rss = out.stdout.split()[-2:]
-    return float(seconds), int(rss) * 1024
+    lines = out.stderr.strip().splitlines()
+    try:
+        parts = [float(x) for x in lines[-1].split()] if lines else []
+    except ValueError:
+        parts = []
+    return float(seconds), int(rss) * 1024, parts
 
 
 def main() -> None:
@@ -103,18 +140,24 @@ def main() -> None:
     size = (source / "model.safetensors").stat().st_size
     out = pathlib.Path(args.folder) / "imported"
     shutil.rmtree(out, ignore_errors=True)
-    results: dict[str, list[tuple[float, int]]] = {k: [] for k in WORKERS}
+    results: dict[str, list[tuple[float, int, list[float]]]] = {k: [] for k in WORKERS}
     _run(WORKERS["read"], str(source))  # (into the page cache)
     for _ in range(args.rounds):
         for name, code in WORKERS.items():
             results[name].append(_run(code, str(source), str(out)))
-    read = statistics.median(s for s, _ in results["read"])
+    read = statistics.median(s for s, _, _ in results["read"])
     print(f"checkpoint: {size / 1e6:.0f} MB ({source})")
-    for name in WORKERS:
-        seconds = statistics.median(s for s, _ in results[name])
-        rss = max(r for _, r in results[name])
+
+    def line(name: str, seconds: float, rss: str = "") -> None:
         speed = f"{size / seconds / 1e9:.2f} GB/s, {seconds / read:.2f}x read" if seconds else ""
-        print(f"{name:>6}: {seconds:7.3f} s {speed:>28}   peak RSS {rss / 1e6:7.0f} MB")
+        print(f"{name:>20}: {seconds:7.3f} s {speed:>28}   {rss}")
+
+    for name in WORKERS:
+        rss = max(r for _, r, _ in results[name])
+        line(name, statistics.median(s for s, _, _ in results[name]), f"peak RSS {rss / 1e6:.0f} MB")
+        if name == "import":
+            for index, part in enumerate(("fixed", "stream")):
+                line(f"({part})", statistics.median(p[index] for _, _, p in results[name]))
     print(json.dumps({k: v for k, v in results.items()}))
 
 

@@ -127,15 +127,20 @@ def _ahead(arrays: Iterator[np.ndarray], depth: int = 2) -> Iterator[np.ndarray]
 
 
 class _Hashing:
-    """A file writer that hashes what it writes."""
+    """A file writer that hashes what it writes, a piece of ``chunk`` bytes at a time: each
+    piece is hashed and then written while it is still in the processor's cache, so the
+    bytes come from memory once (hashing a whole array and then writing it reads it twice:
+    on a memory-bound machine, 1.3x the import's time)."""
 
-    def __init__(self, handle: Any):
-        self.handle, self.digest, self.written = handle, hashlib.sha256(), 0
+    def __init__(self, handle: Any, chunk: int = 1 << 20):
+        self.handle, self.digest, self.written, self.chunk = handle, hashlib.sha256(), 0, chunk
 
     def write(self, data: Any) -> None:
         view = memoryview(data).cast("B")
-        self.digest.update(view)
-        self.handle.write(view)
+        for start in range(0, len(view), self.chunk):
+            piece = view[start : start + self.chunk]
+            self.digest.update(piece)
+            self.handle.write(piece)
         self.written += len(view)
 
 

@@ -114,3 +114,19 @@ def test_registering_something_that_is_not_a_converter(nnx_registry):
         register_converter("checks.Nothing", object())
     with pytest.raises(nnx_plugins.PluginNameError, match="without a namespace"):
         register_converter("FalconForCausalLM", Converter(config=dict, table=list, layers=len))
+
+
+def test_the_streamed_sha256_is_the_files_whatever_the_pieces(tmp_path):
+    import hashlib
+
+    from nnx_plugins.pretrained._write import _Hashing
+
+    arrays = [np.arange(n, dtype=np.float32) for n in (1, 5, 64, 3)]
+    with open(tmp_path / "t.bin", "wb") as handle:
+        out = _Hashing(handle, chunk=7)
+        for array in arrays:
+            out.write(array)
+    data = (tmp_path / "t.bin").read_bytes()
+    assert data == b"".join(a.tobytes() for a in arrays)
+    assert out.written == len(data)
+    assert out.digest.hexdigest() == hashlib.sha256(data).hexdigest()
