@@ -154,7 +154,9 @@ def main() -> None:
 
     for name in WORKERS:
         rss = max(r for _, r, _ in results[name])
-        line(name, statistics.median(s for s, _, _ in results[name]), f"peak RSS {rss / 1e6:.0f} MB")
+        line(
+            name, statistics.median(s for s, _, _ in results[name]), f"peak RSS {rss / 1e6:.0f} MB"
+        )
         if name == "import":
             for index, part in enumerate(("fixed", "stream")):
                 line(f"({part})", statistics.median(p[index] for _, _, p in results[name]))

@@ -214,14 +214,13 @@ def check_name(kind: str, name: str, plugin: PluginInfo) -> str:
 
 
 def _records_of(dist: Any) -> tuple[EntryRecord, ...]:
+    kinds = {group: kind for kind, group in GROUPS.items()}
+    found = [ep for ep in dist.entry_points if ep.group in kinds]
+    if not found:  # (most distributions: their METADATA is not parsed, 2-3 ms each)
+        return ()
     name = dist.metadata["Name"] or "?"
     plugin = PluginInfo(name, dist.version or "?")
-    kinds = {group: kind for kind, group in GROUPS.items()}
-    return tuple(
-        EntryRecord(kinds[ep.group], ep.name, ep.value, plugin, ep)
-        for ep in dist.entry_points
-        if ep.group in kinds
-    )
+    return tuple(EntryRecord(kinds[ep.group], ep.name, ep.value, plugin, ep) for ep in found)
 
 
 def discover(

@@ -32,7 +32,7 @@ from ._device_memory import DeviceMemory
 from ._init_from import start_from
 from ._layout import Layout
 from ._preflight import batch_struct, compile_step, measure_step, plan_layout
-from ._sharded import constructor, create_sharded
+from ._sharded import constructor, create_local, create_sharded
 from ._steps import make_steps
 from .data._base import DataError
 
@@ -145,11 +145,12 @@ def make_plan(config: Any, parts: Parts, run_dir: pathlib.Path) -> Plan:
 
 
 def setup(plan: Plan, layout: Layout | None) -> tuple[Any, Any]:
-    """The run's model and optimizer: built on the default device, or, over a mesh, created
-    directly sharded as ``layout`` says (`create_sharded`); then filled from
-    ``checkpoint.init_from`` when the config names one (`start_from`)."""
+    """The run's model and optimizer: built on the default device by one program
+    (`create_local`), or, over a mesh, created directly sharded as ``layout`` says
+    (`create_sharded`); then filled from ``checkpoint.init_from`` when the config names one
+    (`start_from`)."""
     make = maker(plan)
-    model, optimizer = make() if layout is None else create_sharded(make, layout)
+    model, optimizer = create_local(make) if layout is None else create_sharded(make, layout)
     optimizer = start_from(plan, model, optimizer)
     return model, optimizer
 

@@ -4,8 +4,8 @@ The constructor runs once abstractly (`nnx_core.eval_shape`: shapes, dtypes and 
 names, nothing allocated), the `Layout` gives every Variable its sharding, and the constructor
 runs again under ``jax.jit`` with those output shardings, so each device computes only its own
 blocks of every parameter and optimizer moment (with several processes, each process only its
-own devices' blocks). The values are those of an eager build: JAX's random numbers do not
-depend on how an array is split.
+own devices' blocks). The values are those of an eager build up to rounding (see
+`create_local`): JAX's random numbers do not depend on how an array is split.
 
 Example:
     >>> import optax
@@ -37,7 +37,7 @@ from ._memory import trainable_kinds
 from ._precision import model_config
 from ._seed import seed_key
 
-__all__ = ["constructor", "create_sharded", "abstract_sharded"]
+__all__ = ["constructor", "create_sharded", "create_local", "abstract_sharded"]
 
 
 def constructor(config: Any) -> Callable[[], tuple[Any, Any]]:
@@ -90,3 +90,27 @@ def create_sharded(make: Callable[[], Any], layout: Layout) -> Any:
         return nnx.split(make())[1]
 
     return nnx.merge(graphdef, jax.jit(build_state, out_shardings=shardings)())
+
+
+def create_local(make: Callable[[], Any]) -> Any:
+    """What ``make`` returns, built on the default device by one compiled program.
+
+    An eager build runs each initializer as programs of its own (a random key, a truncated
+    normal, a scale: 20-30 small programs for a small CNN), each traced, compiled and, in a
+    second run, looked up in the compile cache; one program does this once. The values are an
+    eager build's.
+
+    Example:
+        >>> import nnx_core as nnx
+        >>> from nnx_layers import Linear
+        >>> from nnx_plugins.training._sharded import create_local
+        >>> model = create_local(lambda: Linear(4, 8, rngs=nnx.Rngs(0)))
+        >>> bool((model.kernel.value == Linear(4, 8, rngs=nnx.Rngs(0)).kernel.value).all())
+        True
+    """
+    graphdef, _ = nnx.split(nnx.eval_shape(make))
+
+    def build_state() -> Any:
+        return nnx.split(make())[1]
+
+    return nnx.merge(graphdef, jax.jit(build_state)())
