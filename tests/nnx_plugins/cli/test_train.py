@@ -49,7 +49,7 @@ def test_a_run_saves_its_resolved_config_and_reproduces_from_it(tmp_path, monkey
         "interval": None,
         "keep": 3,
         "keep_best": None,
-            "init_from": None,
+        "init_from": None,
     }
     checkpoint, first = tensors(tmp_path / "first")
     manifest = json.loads((checkpoint / "manifest.json").read_text())
