@@ -177,12 +177,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--variants", nargs="+", default=list(VARIANTS))
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument(
+        "--table", type=Path, default=None, help="print the table of a --json file (any part)"
+    )
     p.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     p.add_argument("--cache", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
         family, variant, depth = a.child
         print(json.dumps(child(family, variant, int(depth), a.cache)))
+        return
+    if a.table is not None:
+        table(a, json.loads(a.table.read_text()))
         return
     print(f"jax {jax.__version__}, {jax.devices()[0].platform}; load {os.getloadavg()[0]:.2f}")
     runs: dict[str, list[dict[str, float]]] = {}
@@ -198,6 +204,12 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  round {r + 1}: {key} done, load {os.getloadavg()[0]:.2f}", flush=True)
                 if a.json is not None:
                     a.json.write_text(json.dumps(runs, indent=1))
+    table(a, runs)
+    print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
+
+
+def table(a: argparse.Namespace, runs: dict[str, list[dict[str, float]]]) -> None:
+    """The Markdown table of ``runs`` (medians), the cases measured so far."""
     print(
         "\n| family | depth | path | process | first call wall s | CPU s | trace s | lower s | "
         "compile (or load) s | one step s | wall x plain |"
@@ -206,7 +218,9 @@ def main(argv: list[str] | None = None) -> None:
     for family, depth in cases(a):
         for variant in a.variants:
             for kind in KINDS:
-                got = runs[f"{family}/{depth}/{variant}/{kind}"]
+                got = runs.get(f"{family}/{depth}/{variant}/{kind}")
+                if not got:
+                    continue
                 med = {k: statistics.median(x[k] for x in got) for k in got[0]}
                 plain = runs.get(f"{family}/{depth}/plain/{kind}")
                 ratio = "-"
@@ -217,7 +231,6 @@ def main(argv: list[str] | None = None) -> None:
                     f"{med['cpu']:.2f} | {med['trace']:.2f} | {med['lower']:.2f} | "
                     f"{med['compile']:.2f} | {med['second']:.3f} | {ratio} |"
                 )
-    print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+import nnx_core
+
 from ..training._assembly import located_data_error
 from ..training._compile_cache import with_compile_cache
 from ..training._config import load_train_config
@@ -269,7 +271,8 @@ def generate(
     manifest = read_manifest(checkpoint)
     text = _text_of(config, manifest)
     rows = [_numbered(text.encode, one, i, len(prompts)) for i, one in enumerate(prompts)]
-    model = build_model(config)
+    # (built abstractly: the checkpoint gives every value, so nothing is initialized)
+    model = nnx_core.eval_shape(lambda: build_model(config))
     load(manifest["directory"], into=model)
     if max_tokens is None:
         limit = model_max_length(model)
