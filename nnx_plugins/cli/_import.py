@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import pathlib
 from typing import Any
 
 from ..registry._discovery import GROUPS
@@ -36,10 +37,25 @@ def _import_hf(args: argparse.Namespace) -> int:
     console().print(
         f"imported {done.architecture} ({done.parameters:,} parameters, {done.dtype}, "
         f"{done.bytes:,} bytes) from {args.source} into {done.directory}: config.yaml, "
-        "checkpoint/.\n"
-        f"  nnx generate {done.config} --checkpoint {done.checkpoint} --prompt TEXT"
+        "checkpoint/.\n" + _next_steps(done.config, done.checkpoint)
     )
     return 0
+
+
+def _next_steps(config: Any, checkpoint: Any) -> str:
+    """What to run next with an imported model, by what its config trains: generate text
+    (a causal LM), or fine-tune it on data of its kind (a masked LM, an image classifier)."""
+    import yaml
+
+    data = (yaml.safe_load(pathlib.Path(config).read_text()) or {}).get("data") or {}
+    if data.get("type") == "text" and not data.get("masking"):
+        return f"  nnx generate {config} --checkpoint {checkpoint} --prompt TEXT"
+    if data.get("type") == "text":
+        return f"  fine-tune it (masked LM): nnx train {config} data.path=notes.txt"
+    return (
+        f"  its config has no data: give it some (e.g. data: {{type: npz, path: images.npz}}, "
+        f"NHWC images), then nnx train {config} or nnx eval {config} --checkpoint {checkpoint}"
+    )
 
 
 def _converters_list(args: argparse.Namespace) -> int:

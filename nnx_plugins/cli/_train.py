@@ -93,7 +93,7 @@ def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
             f"{_what_was_trained(result)}; run directory {result.run_dir}", soft_wrap=True
         )
         console.print(f"checkpoint: {result.checkpoint}", soft_wrap=True)
-        summary = describe_metrics(result.metrics, token=token_name(config))
+        summary = describe_metrics(result.metrics, **summary_words(config))
         console.print(summary, soft_wrap=True)
     return 0
 
@@ -151,14 +151,21 @@ def token_name(config: Any) -> str:
     """What a token of the config's data is, in words (its dataset's ``token_name``:
     ``byte`` for text read as bytes), for the summary of a language model; ``token`` when the
     data does not say (or cannot be made: the run reported that already)."""
+    return summary_words(config)["token"]
+
+
+def summary_words(config: Any) -> dict[str, Any]:
+    """`describe_metrics`' words for the config's data: ``token`` (see `token_name`) and
+    ``masked`` (masked-language-model data: its accuracy is of the masked tokens)."""
     from ..training._config import load_train_config  # (here: listing stays light)
 
     try:
         data = load_train_config(config).sections["data"].make()
     except Exception:  # noqa: BLE001 - only words of a summary depend on it
-        return "token"
+        return {"token": "token", "masked": False}
     name = getattr(data, "token_name", "token")
-    return name if isinstance(name, str) and name.isidentifier() else "token"
+    name = name if isinstance(name, str) and name.isidentifier() else "token"
+    return {"token": name, "masked": getattr(data, "masking", None) is not None}
 
 
 def _what_was_trained(result: Any) -> str:
@@ -194,7 +201,7 @@ def _eval(args: argparse.Namespace) -> int:
         return 1
     values = {k: v for k, v in metrics.items() if k not in ("step", "checkpoint")}
     why = f", {chosen.note}" if chosen.note else ""
-    summary = describe_metrics(values, token=token_name(config))
+    summary = describe_metrics(values, **summary_words(config))
     print(f"checkpoint {metrics['checkpoint']} (step {metrics['step']}{why}): {summary}")
     return 0
 

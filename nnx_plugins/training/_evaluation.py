@@ -63,11 +63,12 @@ def _number(key: str, value: float) -> str:
     return f"{value:.4f}" if key == "loss" else f"{value:.4g}"
 
 
-def _language_model_line(metrics: dict[str, float], token: str) -> str:
+def _language_model_line(metrics: dict[str, float], token: str, masked: bool) -> str:
+    which = "masked" if masked else "next"
     words = {
         "bits_per_token": lambda v: f"{v:.3g} bits per {token}",
         "perplexity": lambda v: f"perplexity {v:.3g}",
-        "accuracy": lambda v: f"next-{token} accuracy {v:.2%}",
+        "accuracy": lambda v: f"{which}-{token} accuracy {v:.2%}",
     }
     shown = [words[k](metrics[k]) for k in words if k in metrics]
     shown += [f"{k} {_number(k, v)}" for k, v in metrics.items() if k not in (*words, "loss")]
@@ -75,19 +76,24 @@ def _language_model_line(metrics: dict[str, float], token: str) -> str:
     return f"test: {', '.join(shown)}{loss}"
 
 
-def describe_metrics(metrics: dict[str, float], *, token: str = "token") -> str:
+def describe_metrics(
+    metrics: dict[str, float], *, token: str = "token", masked: bool = False
+) -> str:
     """The summary line of a run's final test metrics; a language model's (``bits_per_token``
     among them) in the words of the docs, ``token`` naming what a token is (``byte`` for
-    text read as bytes: bits per byte).
+    text read as bytes: bits per byte), ``masked`` for a masked language model (its metrics
+    are of the masked tokens).
 
     Example:
         >>> from nnx_plugins.training._evaluation import describe_metrics
         >>> lm = {"loss": 1.517, "perplexity": 4.559, "bits_per_token": 2.1886, "accuracy": 0.603}
         >>> describe_metrics(lm, token="byte")
         'test: 2.19 bits per byte, perplexity 4.56, next-byte accuracy 60.30% (loss 1.5170 nats per byte)'
+        >>> describe_metrics(lm, masked=True)[:65]
+        'test: 2.19 bits per token, perplexity 4.56, masked-token accuracy'
     """
     if "bits_per_token" in metrics:
-        return _language_model_line(metrics, token)
+        return _language_model_line(metrics, token, masked)
     if "accuracy" in metrics:
         others = [
             f"{k} {_number(k, v)}" for k, v in metrics.items() if k not in ("loss", "accuracy")

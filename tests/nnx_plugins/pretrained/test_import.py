@@ -96,6 +96,7 @@ def test_the_command_imports_and_reports(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "imported ViTForImageClassification" in done.stdout and (out / "checkpoint").is_dir()
+    assert "its config has no data" in done.stdout and "nnx generate" not in done.stdout
     again = subprocess.run(
         [
             sys.executable,
@@ -343,3 +344,21 @@ def test_an_interrupted_import_leaves_nothing_behind(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         import_hf(FIXTURES / "vit", tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ("data: {type: text, path: a.txt}", "nnx generate"),
+        ("data: {type: text, path: a.txt, masking: {probability: 0.15}}", "masked LM"),
+        ("task: {type: classification}", "its config has no data"),
+    ],
+)
+def test_the_hint_after_an_import_fits_what_the_model_does(tmp_path, data, expected):
+    from nnx_plugins.cli._import import _next_steps
+
+    config = tmp_path / "config.yaml"
+    config.write_text(f"model: {{type: Linear}}\n{data}\n")
+    hint = _next_steps(config, tmp_path / "checkpoint")
+    assert expected in hint
+    assert ("nnx generate" in hint) == (expected == "nnx generate")

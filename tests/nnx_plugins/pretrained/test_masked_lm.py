@@ -92,7 +92,9 @@ def test_a_tokenizer_mask_token_outside_the_model_is_refused(copy_of, tmp_path):
         import_hf(source, tmp_path / "out")
 
 
-def test_nnx_train_fine_tunes_the_imported_bert_on_the_masked_lm_loss(imported, tmp_path):
+def test_nnx_train_fine_tunes_the_imported_bert_on_the_masked_lm_loss(
+    imported, tmp_path, capsys
+):
     """One step by the command; its loss is the imported model's masked-LM loss on the first
     batch (so the run started from the imported weights, on masked data)."""
     destination = imported("bert")
@@ -101,6 +103,8 @@ def test_nnx_train_fine_tunes_the_imported_bert_on_the_masked_lm_loss(imported, 
     argv = ["train", str(destination / "config.yaml"), f"data.path={notes}", "data.seq_len=16"]
     argv += ["train.steps=1", "train.batch_size=2", "data.validation=0", "train.log_interval=1"]
     assert main([*argv, "--run-dir", str(tmp_path / "run"), "--no-progress"]) == 0
+    summary = capsys.readouterr().out
+    assert "masked-token accuracy" in summary and "next-token" not in summary
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     logged = {row["split"]: row for row in map(json.loads, lines)}
     assert math.isfinite(logged["train"]["loss"]) and math.isfinite(logged["test"]["loss"])
