@@ -92,9 +92,7 @@ def test_a_tokenizer_mask_token_outside_the_model_is_refused(copy_of, tmp_path):
         import_hf(source, tmp_path / "out")
 
 
-def test_nnx_train_fine_tunes_the_imported_bert_on_the_masked_lm_loss(
-    imported, tmp_path, capsys
-):
+def test_nnx_train_fine_tunes_the_imported_bert_on_the_masked_lm_loss(imported, tmp_path, capsys):
     """One step by the command; its loss is the imported model's masked-LM loss on the first
     batch (so the run started from the imported weights, on masked data)."""
     destination = imported("bert")
