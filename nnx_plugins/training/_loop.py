@@ -200,7 +200,7 @@ def train(
         sync("nnx-run-directory")  # (the others wait until process 0 holds the directory)
         check_new_run(plan.run_dir, plan.ckpt_dir, resume)
         _save_resolved_config(config, plan.run_dir, main)
-        model, optimizer = setup(plan, layout)
+        model, optimizer = setup(plan, layout, variables=len(list(check.state.flat_state())))
         run = Run(
             config,
             plan.run_dir,
