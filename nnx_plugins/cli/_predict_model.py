@@ -20,8 +20,7 @@ import numpy as np
 import nnx_core as nnx
 
 from ..config._shapes import DataSpec, check_model
-from ..training._loop import build_model
-from ..training.checkpoints._load import load
+from ..training._loop import trained_model
 from ..training.checkpoints._manifest import read_manifest
 from ._predict_files import Inputs, Outputs
 
@@ -55,8 +54,7 @@ def predict(
         CheckpointError: the checkpoint is missing, corrupt or does not fit the model.
     """
     manifest = read_manifest(checkpoint)
-    model = build_model(config)
-    load(manifest["directory"], into=model)
+    model = trained_model(config, manifest["directory"])
     model.eval()
     graphdef, state = nnx.split(model)
     forward = jax.jit(lambda state, x: nnx.merge(graphdef, state)(x))

@@ -45,13 +45,10 @@ from typing import Any
 
 import numpy as np
 
-import nnx_core
-
 from ..training._assembly import located_data_error
 from ..training._compile_cache import with_compile_cache
 from ..training._config import load_train_config
-from ..training._loop import build_model
-from ..training.checkpoints._load import load
+from ..training._loop import trained_model
 from ..training.checkpoints._manifest import read_manifest
 from ..training.data._base import DataError
 from ..training.data._text import Vocabulary
@@ -271,9 +268,7 @@ def generate(
     manifest = read_manifest(checkpoint)
     text = _text_of(config, manifest)
     rows = [_numbered(text.encode, one, i, len(prompts)) for i, one in enumerate(prompts)]
-    # (built abstractly: the checkpoint gives every value, so nothing is initialized)
-    model = nnx_core.eval_shape(lambda: build_model(config))
-    load(manifest["directory"], into=model)
+    model = trained_model(config, manifest["directory"])
     if max_tokens is None:
         limit = model_max_length(model)
         longest = max(len(row) for row in rows)

@@ -27,8 +27,7 @@ from typing import Any
 from .._errors import NnxError
 from .._files import usual_mode
 from .._text import os_problem
-from ..training._loop import build_model
-from ..training.checkpoints._load import load
+from ..training._loop import trained_model as trained_model_of
 from ..training.checkpoints._manifest import read_manifest
 
 __all__ = ["ExportError", "trained_model", "new_output", "write_file", "write_directory"]
@@ -47,8 +46,7 @@ def trained_model(config: Any, checkpoint: str | os.PathLike[str]) -> tuple[Any,
         CheckpointError: the checkpoint is missing, corrupt or does not fit the model.
     """
     manifest = read_manifest(checkpoint)
-    model = build_model(config)
-    load(manifest["directory"], into=model)
+    model = trained_model_of(config, manifest["directory"])
     model.eval()
     return model, manifest
 

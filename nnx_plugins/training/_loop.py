@@ -119,6 +119,21 @@ def build_model(config: Any, *, seed: int = 0) -> Any:
     return build(model_config(load_train_config(config)), rngs=nnx.Rngs(seed_key(seed)))
 
 
+def trained_model(config: Any, directory: str | os.PathLike[str]) -> Any:
+    """The model a run of ``config`` trains, filled from the checkpoint in ``directory``.
+
+    It is built abstractly (`nnx_core.eval_shape`): the checkpoint gives every value, so no
+    initializer runs, nor compiles (``nnx eval``, ``nnx predict``, ``nnx generate`` and the
+    exports start from it).
+
+    Raises:
+        CheckpointError: the checkpoint is missing, corrupt or does not fit the model.
+    """
+    model = nnx.eval_shape(lambda: build_model(config))
+    load(directory, into=model)
+    return model
+
+
 # -- the run -------------------------------------------------------------------------------------
 @with_compile_cache
 def train(
@@ -464,8 +479,7 @@ def evaluate(
         problem = parts.call(parts.data, "check_state", facts["data"])
         if problem:
             raise CheckpointError(manifest["directory"], [f"data: {problem}"])
-    model = build(model_config(config), rngs=nnx.Rngs(0))
-    load(manifest["directory"], into=model)
+    model = trained_model(config, manifest["directory"])
     plan = Plan(config, parts, 0, 1, None, pathlib.Path(), pathlib.Path(), 1)
     rows = eval_batch_size(parts.info, config.sections["train"].batch_size)
     metrics = evaluate_model(model, parts, steps_of(plan), rows)

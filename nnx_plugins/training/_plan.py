@@ -151,9 +151,7 @@ def make_plan(config: Any, parts: Parts, run_dir: pathlib.Path) -> Plan:
 ONE_PROGRAM_VARIABLES = 48
 
 
-def setup(
-    plan: Plan, layout: Layout | None, *, variables: int | None = None
-) -> tuple[Any, Any]:
+def setup(plan: Plan, layout: Layout | None, *, variables: int | None = None) -> tuple[Any, Any]:
     """The run's model and optimizer: on one device, built by one program (`create_local`)
     when the model holds at most `ONE_PROGRAM_VARIABLES` Variables (``variables``, counted by
     the preflight's abstract build), else eagerly; over a mesh, created directly sharded as
