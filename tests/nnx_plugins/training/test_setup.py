@@ -69,3 +69,24 @@ def test_both_ways_give_the_same_values(plan):
     eager = setup(plan, None, variables=None)
     for a, b in zip(_values(*one), _values(*eager), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_trained_model_fills_an_abstract_build_and_refuses_another_shape(tmp_path):
+    import copy
+
+    from nnx_plugins import train
+    from nnx_plugins.training._loop import trained_model
+    from nnx_plugins.training.checkpoints._save import CheckpointError
+
+    result = train(CONFIG, run_dir=tmp_path / "run", progress=False)
+    model = trained_model(CONFIG, result.checkpoint)
+    np.testing.assert_array_equal(
+        np.asarray(model.layers[0].kernel.value), np.asarray(result.model.layers[0].kernel.value)
+    )
+    wider = copy.deepcopy(CONFIG)
+    wider["model"]["layers"][0]["out_features"] = 48
+    with pytest.raises(
+        CheckpointError,
+        match=r"layers\[0\]\.kernel: the checkpoint holds float32\(64, 32\) but the model expects float32\(64, 48\)",
+    ):
+        trained_model(wider, result.checkpoint)
