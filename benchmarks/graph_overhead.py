@@ -19,7 +19,8 @@ the garbage collector is off while a figure is timed.
 Last, the first split of the tree of flax's own ``benchmarks/nnx_state_traversal.py`` (341
 Modules of one class, each holding one Variable and 4 children: width 4, depth 4), the class
 defined anew just before each model is built; CPU time (``time.process_time``) per split, the
-median over ``--number`` models per round, ours and flax.nnx alternating model by model.
+median over ``--number`` / 4 models per round, ours and flax.nnx alternating model by model;
+beside them `minimal_walk`, the least a Python traversal of that tree does, for reference.
 """
 
 from __future__ import annotations
@@ -128,27 +129,56 @@ def nested_class(lib):
     return NestedClass
 
 
-def nested_first_splits(number: int, rounds: int) -> list[tuple[float, float]]:
+def minimal_walk(node, ref: dict, out: dict) -> tuple:
+    """A reference for the first split: the least a Python traversal of the tree does (each
+    node's keys sorted, one spec tuple and one dict of its leaves per node), nothing cached."""
+    import nnx_core as nnx
+
+    ref[id(node)] = len(ref)
+    d = node.__dict__
+    keys = tuple(sorted(d))
+    specs = []
+    for key in keys:
+        child = d[key]
+        if isinstance(child, nnx.Variable):
+            ref[id(child)] = len(ref)
+            out[key] = child
+            specs.append(("var", type(child), len(ref)))
+        elif isinstance(child, nnx.Module):
+            sub: dict = {}
+            specs.append(minimal_walk(child, ref, sub))
+            out[key] = sub
+        else:
+            specs.append(child)
+    return ("node", type(node), keys, tuple(specs))
+
+
+def nested_first_splits(number: int, rounds: int) -> list[tuple[float, float, float]]:
     """Per round: the median CPU µs of the first split of a newly built 341-Module tree, for
-    ours and for flax.nnx (a new class per model, the two alternating)."""
+    ours, for flax.nnx (a new class per model, the two alternating) and for `minimal_walk`
+    over ours."""
     from flax import nnx as fnnx
 
     import nnx_core as nnx
 
-    libs = (nnx, fnnx)
+    variants = (
+        (nnx, nnx.split),
+        (fnnx, fnnx.split),
+        (nnx, lambda model: minimal_walk(model, {}, {})),
+    )
     out = []
     for _ in range(rounds):
-        times: list[list[float]] = [[], []]
+        times: list[list[float]] = [[], [], []]
         for _ in range(number):
-            for i, lib in enumerate(libs):
+            for i, (lib, split) in enumerate(variants):
                 model = nested_class(lib)(4, 4)
                 gc.collect()
                 gc.disable()
                 t0 = time.process_time()
-                lib.split(model)
+                split(model)
                 times[i].append((time.process_time() - t0) * 1e6)
                 gc.enable()
-        out.append((statistics.median(times[0]), statistics.median(times[1])))
+        out.append(tuple(statistics.median(t) for t in times))
     return out
 
 
@@ -185,11 +215,12 @@ def main(argv: list[str] | None = None) -> None:
                 f"| {depth} | {key[13:]} | {o[key]:.0f} | {f[key]:.0f} | {f[key] / o[key]:.1f}x |"
             )
     print(
-        "\n| round | first split of a new 341-Module tree: ours CPU µs | flax.nnx | flax / ours |"
+        "\n| round | first split of a new 341-Module tree: ours CPU µs | flax.nnx | flax / ours "
+        "| a minimal Python walk µs | walk / ours |"
     )
-    print("|---|---|---|---|")
-    for r, (o, f) in enumerate(nested_first_splits(a.number // 4, a.rounds), 1):
-        print(f"| {r} | {o:.0f} | {f:.0f} | {f / o:.1f}x |")
+    print("|---|---|---|---|---|---|")
+    for r, (o, f, w) in enumerate(nested_first_splits(a.number // 4, a.rounds), 1):
+        print(f"| {r} | {o:.0f} | {f:.0f} | {f / o:.1f}x | {w:.0f} | {w / o:.2f} |")
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
