@@ -147,16 +147,11 @@ def _quiet_stdout() -> None:
     os.close(null)
 
 
-def token_name(config: Any) -> str:
-    """What a token of the config's data is, in words (its dataset's ``token_name``:
-    ``byte`` for text read as bytes), for the summary of a language model; ``token`` when the
-    data does not say (or cannot be made: the run reported that already)."""
-    return summary_words(config)["token"]
-
-
 def summary_words(config: Any) -> dict[str, Any]:
-    """`describe_metrics`' words for the config's data: ``token`` (see `token_name`) and
-    ``masked`` (masked-language-model data: its accuracy is of the masked tokens)."""
+    """`describe_metrics`' words for the config's data: ``token``, what a token is (its
+    dataset's ``token_name``: ``byte`` for text read as bytes; ``token`` when the data does not
+    say, or cannot be made: the run reported that already), and ``masked`` (masked-language-
+    model data: its accuracy is of the masked tokens)."""
     from ..training._config import load_train_config  # (here: listing stays light)
 
     try:

@@ -143,8 +143,11 @@ def test_sigterm_is_left_alone_when_it_is_ignored_or_handled():
 
 
 def test_the_summary_names_tokens_in_the_datas_words(tmp_path):
-    from nnx_plugins.cli._train import token_name
+    from nnx_plugins.cli._train import summary_words
     from nnx_plugins.training._evaluation import describe_metrics
+
+    def token_name(config):
+        return summary_words(config)["token"]
 
     model = {"type": "Linear", "in_features": 2, "out_features": 2}
     text = {"type": "text", "path": str(tmp_path / "t.txt")}  # (not read: __init__ is cheap)
