@@ -248,13 +248,16 @@ def _as_float(value: Any) -> float:
 def _check_arguments(
     prompt: Any, max_tokens: Any, temperature: Any, top_k: Any, seed: Any = 0
 ) -> jax.Array:
-    prompt = jnp.asarray(prompt)
+    if not isinstance(prompt, jax.Array):  # (token ids from a tokenizer: put, not staged;
+        prompt = np.asarray(prompt)  # jnp.asarray compiles a program per prompt shape)
     if prompt.ndim != 2 or prompt.shape[1] < 1 or not jnp.issubdtype(prompt.dtype, jnp.integer):
         raise GenerationError(
             f"the prompt must be token ids of shape (batch, length) with length >= 1, got "
             f"{prompt.dtype}{list(prompt.shape)}. Pass e.g. jnp.array([[1, 2, 3]])."
         )
     check_options(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
+    if isinstance(prompt, np.ndarray):
+        return jax.device_put(prompt.astype(np.int32))
     return prompt.astype(jnp.int32)
 
 
