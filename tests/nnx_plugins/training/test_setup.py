@@ -90,3 +90,26 @@ def test_trained_model_fills_an_abstract_build_and_refuses_another_shape(tmp_pat
         match=r"layers\[0\]\.kernel: the checkpoint holds float32\(64, 32\) but the model expects float32\(64, 48\)",
     ):
         trained_model(wider, result.checkpoint)
+
+
+def test_trained_model_compiles_no_program(tmp_path):
+    """Filling an abstract build puts the checkpoint's arrays on the device without a program
+    (``jnp.asarray`` would compile one per shape: 10-50 ms each in a fresh process)."""
+    from nnx_plugins import train
+    from nnx_plugins.training._loop import trained_model
+
+    result = train(CONFIG, run_dir=tmp_path / "run", progress=False)
+    compiled = []
+
+    def listen(name, seconds, **_):
+        if name == "/jax/core/compile/backend_compile_duration":
+            compiled.append(name)
+
+    jax.clear_caches()  # (what an earlier call compiled would hide a compile)
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        model = trained_model(CONFIG, result.checkpoint)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert compiled == []
+    assert model.layers[2].kernel.value.shape == (32, 10)
