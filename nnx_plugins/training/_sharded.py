@@ -108,9 +108,12 @@ def create_local(make: Callable[[], Any]) -> Any:
         >>> bool((model.kernel.value == Linear(4, 8, rngs=nnx.Rngs(0)).kernel.value).all())
         True
     """
-    graphdef, _ = nnx.split(nnx.eval_shape(make))
+    graphdefs = []
 
     def build_state() -> Any:
-        return nnx.split(make())[1]
+        graphdef, state = nnx.split(make())
+        graphdefs.append(graphdef)  # (static: kept from the one trace, not built again)
+        return state
 
-    return nnx.merge(graphdef, jax.jit(build_state)())
+    state = jax.jit(build_state)()
+    return nnx.merge(graphdefs[-1], state)
