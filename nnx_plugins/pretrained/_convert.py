@@ -281,8 +281,10 @@ def plan(
             name (all of them at once), or a parameter the table does not fill.
     """
     settings = source.settings()
-    rows = _expand(converter.table(settings), converter.layers(settings))
+    rules, layers = converter.table(settings), converter.layers(settings)
     present = set(source.names())
+    _check_layers(rules, layers, present, converter.prefix, where)
+    rows = _expand(rules, layers)
     aliases = _aliases(converter.prefix, sorted(present), [name for name, _, _ in rows])
     missing, misshapen, used = [], [], set()
     pieces: dict[tuple[str, ...], dict[int | None, tuple[str, Rule, int]]] = {}
@@ -303,11 +305,11 @@ def plan(
     extra = sorted(present - used)
     problems = []
     if missing:
-        problems.append(f"missing tensors: {', '.join(missing)}")
+        problems.append(f"missing tensors: {_listed(missing, ', ')}")
     if extra:
-        problems.append(f"unexpected tensors: {', '.join(extra)}")
+        problems.append(f"unexpected tensors: {_listed(extra, ', ')}")
     if misshapen:
-        problems.append("tensors of the wrong shape: " + "; ".join(misshapen))
+        problems.append("tensors of the wrong shape: " + _listed(misshapen, "; "))
     if problems:
         raise PretrainedError(
             where,
@@ -322,6 +324,37 @@ def plan(
     result = Plan(targets, source)
     result._names = aliases
     return result
+
+
+_LISTED = 40
+"""The most tensor names an error lists (then "and N more")."""
+
+
+def _listed(names: Sequence[str], separator: str) -> str:
+    shown = separator.join(names[:_LISTED])
+    return shown + (f"{separator}and {len(names) - _LISTED:,} more" if len(names) > _LISTED else "")
+
+
+def _check_layers(
+    rules: Sequence[Rule], layers: int, present: set[str], prefix: str, where: Any
+) -> None:
+    """Refuse, before the table is expanded, a config.json describing more layers than the
+    checkpoint has tensors (a hostile ``num_hidden_layers: 1000000000`` would otherwise expand
+    billions of names)."""
+    required = [rule for rule in rules if rule.per_layer and not rule.optional]
+    if not required or layers <= len(present):
+        return
+    rule, held = required[0], 0
+    while held < len(present) and (
+        rule.name(held) in present or rule.name(held).removeprefix(prefix) in present
+    ):
+        held += 1
+    raise PretrainedError(
+        where,
+        f"the checkpoint does not fit its config.json: config.json describes {layers:,} layers "
+        f"but the checkpoint holds {len(present):,} tensors, those of {held:,} layer(s) "
+        f"({rule.name(0)!r} ...). The config.json is of another model, or was edited",
+    )
 
 
 def _shape_problem(

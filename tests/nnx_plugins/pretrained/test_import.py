@@ -224,6 +224,25 @@ def test_missing_extra_and_misshapen_tensors_are_named(tmp_path, copy_of):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("layers", [10**9, 10])
+def test_a_config_json_with_more_layers_than_the_checkpoint(tmp_path, copy_of, layers):
+    """A hostile layer count is refused before the converter's table is expanded (10**9
+    layers would expand billions of names); a long list of missing tensors is cut short."""
+    source = copy_of("llama")
+    config = json.loads((source / "config.json").read_text())
+    config["num_hidden_layers"] = layers
+    (source / "config.json").write_text(json.dumps(config))
+    if layers > 100:
+        _refused(
+            source,
+            tmp_path / "out",
+            r"config\.json describes 1,000,000,000 layers but the checkpoint holds \d+ "
+            r"tensors, those of 2 layer\(s\) \('model\.layers\.0\.",
+        )
+    else:
+        _refused(source, tmp_path / "out", r"missing tensors: model\.layers\.2\..*, and \d+ more")
+
+
 def test_a_safetensors_header_bomb(tmp_path, copy_of):
     source = copy_of("llama")
     with open(source / "model.safetensors", "r+b") as handle:
