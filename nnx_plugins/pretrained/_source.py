@@ -120,6 +120,16 @@ def _confined(directory: pathlib.Path, name: Any, index: pathlib.Path) -> pathli
     return path
 
 
+def _absent(path: pathlib.Path) -> str:
+    """What stands at ``path`` instead of a regular file."""
+    if not os.path.lexists(path):
+        return "missing"
+    if not path.exists():
+        return f"a symlink to {os.readlink(path)}, which does not exist"
+    target = f" (a symlink to {os.readlink(path)})" if path.is_symlink() else ""
+    return f"not a regular file but a {'directory' if path.is_dir() else 'device or pipe'}{target}"
+
+
 class Source:
     """A transformers model directory: its config, architecture, tensors and side files.
 
@@ -188,12 +198,14 @@ class Source:
             files = sorted(set(self._index.values()))
             for path in files:
                 if not path.is_file():
-                    raise PretrainedError(index, f"names {path.name}, which is missing")
+                    raise PretrainedError(index, f"names {path.name}, which is {_absent(path)}")
             return files
         self._index = {}
         single = self.directory / SINGLE
         if single.is_file():
             return [single]
+        if os.path.lexists(single):
+            raise PretrainedError(single, f"is {_absent(single)}: give the weights as a file")
         others = sorted(p.name for p in self.directory.glob("*.bin")) + sorted(
             p.name for p in self.directory.glob("*.safetensors")
         )

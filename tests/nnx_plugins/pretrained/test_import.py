@@ -325,6 +325,35 @@ def test_a_shard_index_symlink_leading_out(tmp_path, copy_of):
     _refused(source, tmp_path / "out", "a symlink leading out of the model directory")
 
 
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (
+            lambda p: os.symlink("/dev/zero", p),
+            r"not a regular file but a device or pipe \(a symlink to /dev/zero\)",
+        ),
+        (lambda p: os.symlink(p.parent / "gone", p), r"a symlink to .*gone, which does not exist"),
+        (lambda p: p.mkdir(), "not a regular file but a directory: give the weights as a file"),
+    ],
+)
+def test_weights_that_are_not_a_regular_file(tmp_path, copy_of, make, match):
+    source = copy_of("llama")
+    os.remove(source / "model.safetensors")
+    make(source / "model.safetensors")
+    _refused(source, tmp_path / "out", r"model\.safetensors: is " + match)
+
+
+def test_a_shard_index_naming_a_broken_symlink(tmp_path, copy_of):
+    source = copy_of("mistral")
+    os.remove(source / "model-00003-of-00003.safetensors")
+    os.symlink(source / "gone", source / "model-00003-of-00003.safetensors")
+    _refused(
+        source,
+        tmp_path / "out",
+        r"names model-00003-of-00003\.safetensors, which is a symlink to .*gone, which does not exist",
+    )
+
+
 def test_only_pytorch_weights(tmp_path, copy_of):
     source = copy_of("llama")
     os.replace(source / "model.safetensors", source / "pytorch_model.bin")
