@@ -92,8 +92,10 @@ def _length_limit(model: Any) -> tuple[int, str] | None:
 
 def _where(path: tuple[Any, ...]) -> str:
     """``model.layers[2].block``: a module's place, spelled as in a config."""
+    if not path:
+        return "model"
     inner = nnx.format_path(path)
-    return f"model.{inner}" if inner and not inner.startswith("[") else f"model{inner}"
+    return f"model.{inner}" if not inner.startswith("[") else f"model{inner}"
 
 
 def _cache_width(path: tuple[Any, ...], module: Any) -> int:
@@ -275,11 +277,17 @@ def _check_length(model: Any, prompt: jax.Array, max_tokens: int) -> int:
     length = prompt.shape[1]
     total = length + max_tokens
     limit = _length_limit(model)
+    if limit is not None and length >= limit[0]:
+        raise GenerationError(
+            f"a prompt of {length:,} tokens leaves no room to generate: the model's maximum "
+            f"length is {limit[0]} (the max_length of its {limit[1]}). Shorten the prompt to at "
+            f"most {limit[0] - 1} tokens."
+        )
     if limit is not None and total > limit[0]:
         raise GenerationError(
             f"a prompt of {length} token{'s' * (length != 1)} and max_tokens={max_tokens} make "
             f"{total} tokens, past the model's maximum length of {limit[0]} (the max_length of "
-            f"its {limit[1]}). Ask for at most {max(limit[0] - length, 0)} new tokens, or "
+            f"its {limit[1]}). Ask for at most {limit[0] - length} new tokens, or "
             f"shorten the prompt."
         )
     if total > MAX_POSITIONS:

@@ -167,6 +167,13 @@ def test_model_max_length():
             r"length of 24 \(the max_length of its PositionEmbed at model.layers\[1\]\). Ask "
             r"for at most 19 new tokens",
         ),
+        (
+            jnp.ones((1, LENGTH), jnp.int32),
+            {},
+            r"a prompt of 24 tokens leaves no room to generate: the model's maximum length is 24 "
+            r"\(the max_length of its PositionEmbed at model.layers\[1\]\)\. Shorten the prompt "
+            r"to at most 23 tokens\.",
+        ),
     ],
 )
 @pytest.mark.parametrize("decoder", [decode, decode_by_recomputation])
@@ -300,3 +307,13 @@ def test_the_most_tokens_that_fit_are_named_and_do_fit(monkeypatch):
     decoding._check_memory(model, 2, 5, fit)  # fits
     with pytest.raises(GenerationError, match="Ask for at most"):
         decoding._check_memory(model, 2, 5, fit + 1)
+
+
+def test_a_place_in_the_model_is_spelled_as_in_a_config():
+    from nnx_plugins.generation._decode import _where
+
+    assert [_where(()), _where(("layers", 1)), _where((2,))] == [
+        "model",
+        "model.layers[1]",
+        "model[2]",
+    ]
