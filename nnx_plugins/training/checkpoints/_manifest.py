@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pathlib
@@ -56,12 +57,24 @@ def _checkpoint_dir(directory: str | os.PathLike[str]) -> pathlib.Path:
         return latest
     if not directory.exists():
         raise CheckpointError(directory, ["no such directory."])
+    if not directory.is_dir():
+        raise CheckpointError(
+            directory,
+            [f"not a directory: a checkpoint is a directory holding {MANIFEST} (or step_N ones)."],
+        )
+    inside = sorted(  # (a folder holding checkpoints, as nnx import hf's DST holds one)
+        p.name
+        for p in itertools.islice(directory.iterdir(), 1000)
+        if (p / MANIFEST).is_file() or (p.is_dir() and latest_checkpoint(p) is not None)
+    )
+    hint = (
+        f" It holds {', '.join(f'{name}/' for name in inside[:3])}, which {'is a' if len(inside) == 1 else 'are'} "
+        f"checkpoint{'s' * (len(inside) != 1)}: give {directory / inside[0]}."
+        if inside
+        else " (Was the save interrupted before its first checkpoint?)"
+    )
     raise CheckpointError(
-        directory,
-        [
-            f"no {MANIFEST} here and no step_N checkpoint below it "
-            "(was the save interrupted before its first checkpoint?)."
-        ],
+        directory, [f"no {MANIFEST} here and no step_N checkpoint below it.{hint}"]
     )
 
 

@@ -362,8 +362,26 @@ def test_missing_checkpoint_directories(tmp_path):
     with pytest.raises(CheckpointError, match=r"nowhere:\n  no such directory"):
         load(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(CheckpointError, match=r"no manifest\.json here and no step_N checkpoint"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"no manifest\.json here and no step_N checkpoint below it\. \(Was the save "
+        r"interrupted",
+    ):
         load(tmp_path / "empty")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(CheckpointError, match=r"file:\n  not a directory: a checkpoint is a"):
+        load(tmp_path / "file")
+
+
+def test_a_folder_holding_a_checkpoint_names_it(tmp_path):
+    """``nnx import hf`` writes DST/checkpoint: giving DST names the checkpoint inside."""
+    model, _ = trained(steps=0)
+    save(model, tmp_path / "imported" / "checkpoint")
+    with pytest.raises(
+        CheckpointError,
+        match=r"It holds checkpoint/, which is a checkpoint: give .*imported/checkpoint\.",
+    ):
+        load(tmp_path / "imported")
 
 
 def test_optimizer_state_requested_but_not_saved(tmp_path):
