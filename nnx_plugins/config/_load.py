@@ -76,6 +76,20 @@ class Config:
             return Problem(tuple(path), message, self.source)
         return self._source.problem(tuple(path), message)
 
+    def from_override(self, path: tuple[Any, ...]) -> bool:
+        """Whether the value at ``path`` was given as a ``KEY=VALUE`` override (a relative
+        path given so is relative to the current directory, not to the config file).
+
+        Example:
+            >>> from nnx_plugins import load_config
+            >>> config = load_config({"model": {"type": "relu"}}, overrides=["train.steps=3"])
+            >>> config.from_override(("train", "steps")), config.from_override(("model", "type"))
+            (True, False)
+        """
+        if self._source is None:
+            return False
+        return self._source.file_of(tuple(path)).startswith("<override")
+
     def to_dict(self) -> dict[str, Any]:
         """The whole resolved config as plain data that `load_config` reads back to an equal
         `Config`: registered sections dumped to JSON types, and a literal ``${`` in a string

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+from collections.abc import Collection
 from typing import Annotated, Any, Literal
 
 import pydantic
@@ -122,11 +123,15 @@ class CheckpointSection(pydantic.BaseModel):
             )
         return value
 
-    def with_paths_resolved(self, folder: str) -> CheckpointSection:
-        """This section with a relative ``init_from`` made absolute, relative to ``folder``."""
+    def with_paths_resolved(
+        self, folder: str, overridden: Collection[str] = ()
+    ) -> CheckpointSection:
+        """This section with a relative ``init_from`` made absolute, relative to ``folder``
+        (to the current directory when ``overridden`` names it)."""
         if self.init_from is None or os.path.isabs(self.init_from):
             return self
-        return self.model_copy(update={"init_from": os.path.join(folder, self.init_from)})
+        base = os.getcwd() if "init_from" in overridden else folder
+        return self.model_copy(update={"init_from": os.path.join(base, self.init_from)})
 
     @pydantic.field_validator("dir")
     @classmethod
@@ -158,7 +163,7 @@ def load_train_config(config: Any) -> Any:
 
     Returns a `Config` whose ``sections`` always hold the sections of `SECTIONS`; the data's
     path arguments (``data.path``) and ``checkpoint.init_from`` are made absolute, relative
-    to the config file.
+    to the config file (one given as a ``KEY=VALUE`` override: to the current directory).
 
     Raises:
         ConfigError: every problem of every section with its location.
@@ -186,12 +191,21 @@ def load_train_config(config: Any) -> Any:
     source = loaded.source
     if source not in ("<dict>", "<to_config>") and os.path.exists(source):
         folder = os.path.dirname(os.path.abspath(source))
-        sections["data"] = sections["data"].with_paths_resolved(folder)
-        sections["checkpoint"] = sections["checkpoint"].with_paths_resolved(folder)
-        if sections.get("tokenizer") is not None:  # (the tokenizer section: _tokenizer.py)
-            sections["tokenizer"] = sections["tokenizer"].with_paths_resolved(folder)
+        for name in ("data", "checkpoint", "tokenizer"):  # (the tokenizer's: _tokenizer.py)
+            if sections.get(name) is not None:
+                sections[name] = sections[name].with_paths_resolved(
+                    folder, _overridden(loaded, name, sections[name])
+                )
     sections["data"] = tokenized(sections["data"], sections.get("tokenizer"))
     return dataclasses.replace(loaded, sections=sections)
+
+
+def _overridden(loaded: Any, name: str, section: Any) -> frozenset[str]:
+    """The keys of section ``name`` given as ``KEY=VALUE`` overrides (a relative path typed
+    on the command line is relative to the current directory, as the shell completes it)."""
+    part = getattr(section, "part", None)
+    keys = part.arguments if part is not None else {"init_from": None}
+    return frozenset(key for key in keys if loaded.from_override((name, key)))
 
 
 def check_data_path(config: Any) -> None:
@@ -205,7 +219,13 @@ def check_data_path(config: Any) -> None:
     path = config.sections["data"].arguments.get("path")
     if not isinstance(path, str) or os.path.lexists(path) or _named_otherwise(path):
         return
-    relative = " (a relative path is relative to the config)" if config.files else ""
+    relative = (
+        " (a relative path given as an override is relative to the current directory)"
+        if config.from_override(("data", "path"))
+        else " (a relative path is relative to the config)"
+        if config.files
+        else ""
+    )
     problem = config.problem(("data", "path"), f"no such file {path!r}{relative}.")
     raise DataError(str(problem), key="path", problem=problem)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, ClassVar
 
 import pydantic
@@ -342,15 +342,18 @@ class DataSection(_OnePart):
             "anyOf": [{"type": "string"}, *schemas],
         }
 
-    def with_paths_resolved(self, folder: str) -> DataSection:
-        """This section with its path arguments (``path``) relative to ``folder``."""
+    def with_paths_resolved(self, folder: str, overridden: Collection[str] = ()) -> DataSection:
+        """This section with its path arguments (``path``) relative to ``folder``; those
+        named in ``overridden`` (given as ``KEY=VALUE`` overrides) relative to the current
+        directory."""
         cls = self.part.cls
         arguments = dict(self.part.arguments)
         for key in getattr(cls, "path_arguments", ("path",)):
             value = arguments.get(key)
             if isinstance(value, str) and value:
+                base = os.getcwd() if key in overridden else folder
                 resolve = getattr(cls, "resolve_path", None)
-                arguments[key] = resolve(value, folder) if resolve else os.path.join(folder, value)
+                arguments[key] = resolve(value, base) if resolve else os.path.join(base, value)
         part = dataclasses.replace(self.part, arguments=arguments)
         if isinstance(self, DataSection):  # (the tokenizer section shares this method)
             return type(self).model_construct(part=part, validation=self.validation)

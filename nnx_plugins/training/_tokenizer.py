@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Collection
 from typing import Any
 
 from ._sections import DataSection, _OnePart
@@ -31,9 +32,12 @@ class TokenizerSection(_OnePart):
     kind = "tokenizer"
     default_type = "bytes"
 
-    def with_paths_resolved(self, folder: str) -> TokenizerSection:
-        """This section with its path arguments (``path``) relative to ``folder``."""
-        return DataSection.with_paths_resolved(self, folder)  # type: ignore[arg-type, return-value]
+    def with_paths_resolved(
+        self, folder: str, overridden: Collection[str] = ()
+    ) -> TokenizerSection:
+        """This section with its path arguments (``path``) relative to ``folder`` (those in
+        ``overridden``: to the current directory)."""
+        return DataSection.with_paths_resolved(self, folder, overridden)  # type: ignore[arg-type, return-value]
 
 
 def tokenized(data: Any, tokenizer: TokenizerSection | None) -> Any:

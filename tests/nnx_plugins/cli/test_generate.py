@@ -71,9 +71,10 @@ def test_bad_input_is_one_line_and_exit_status_1(run, capsys, options, match):
     assert "Traceback" not in err
 
 
-def test_a_vocabulary_that_differs_is_located_at_the_data_path(run, capsys):
+def test_a_vocabulary_that_differs_is_located_at_the_data_path(run, capsys, monkeypatch):
     folder, config = run
     (folder / "dog.txt").write_text("the dog sat on the log. " * 300, encoding="utf-8")
+    monkeypatch.chdir(folder)  # (a relative path in an override is relative to the cwd)
     argv = generate(config, folder, "--prompt", "the", "data.path=dog.txt")
     assert main(argv) == 1
     err = capsys.readouterr().err

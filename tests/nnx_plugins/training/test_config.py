@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from nnx_plugins import ConfigError
+from nnx_plugins import ConfigError, DataError
 from nnx_plugins.training._config import check_data_path, load_train_config
 
 MODEL = {"type": "Linear", "in_features": 64, "out_features": 10}
@@ -127,6 +127,33 @@ def test_npz_path_is_relative_to_the_config_file(tmp_path):
     assert load_train_config(path).sections["data"].arguments["path"] == str(
         tmp_path / "data" / "d.npz"
     )
+
+
+def test_a_path_given_as_an_override_is_relative_to_the_current_directory(tmp_path, monkeypatch):
+    """``nnx train DST/config.yaml data.path=notes.txt``: notes.txt where the user is, as the
+    shell completes it; the file's own paths stay relative to the file."""
+    from nnx_plugins import load_config
+
+    (tmp_path / "model").mkdir()
+    path = tmp_path / "model" / "c.yaml"
+    path.write_text(
+        "model: {type: Linear, in_features: 2, out_features: 2}\n"
+        "data: {type: npz, path: d.npz}\n"
+        "checkpoint: {init_from: checkpoint}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    config = load_train_config(load_config(path, overrides=["data.path=mine.npz"]))
+    assert config.sections["data"].arguments["path"] == str(tmp_path / "mine.npz")
+    assert config.sections["checkpoint"].init_from == str(tmp_path / "model" / "checkpoint")
+    config = load_train_config(load_config(path, overrides=["checkpoint.init_from=run/best"]))
+    assert config.sections["data"].arguments["path"] == str(tmp_path / "model" / "d.npz")
+    assert config.sections["checkpoint"].init_from == str(tmp_path / "run" / "best")
+    with pytest.raises(
+        DataError,
+        match=r"<override data.path=mine.npz>:1:11: data.path: no such file '.*/mine.npz' \(a "
+        r"relative path given as an override is relative to the current directory\)\.",
+    ):
+        check_data_path(load_train_config(load_config(path, overrides=["data.path=mine.npz"])))
 
 
 def test_npz_defaults_are_filled_in():
