@@ -104,6 +104,9 @@ class Terminated(KeyboardInterrupt):
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
+    from ..training import _stopping  # (here: listing stays light)
+
+    _stopping.request(Terminated("SIGTERM"))  # (raised by the loop if this raise is lost)
     raise Terminated("SIGTERM")
 
 
@@ -115,11 +118,14 @@ def _stop_on_sigterm() -> Iterator[None]:
     if previous is not signal.SIG_DFL or threading.current_thread() is not threading.main_thread():
         yield
         return
+    from ..training import _stopping  # (here: listing stays light)
+
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        _stopping.clear()
 
 
 def _process_group(args: argparse.Namespace, group_type: Any) -> Any:

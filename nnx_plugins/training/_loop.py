@@ -66,6 +66,7 @@ from ._run_state import check_bad_step, keep_best, save_checkpoint
 from ._run_state import resume as resume_run
 from ._safe_io import write_whole
 from ._seed import seed_key
+from ._stopping import raise_requested
 from .checkpoints._load import load
 from .checkpoints._manifest import read_manifest
 from .checkpoints._save import CheckpointError, latest_checkpoint
@@ -393,6 +394,7 @@ def _loop(
     window, bad = _Window(), first_bad_step(plan.mesh)
     run.model.train()
     for step in range(span[0] + 1, span[1] + 1):
+        raise_requested()  # (a SIGTERM whose own raise was lost: see _stopping)
         fed = time.perf_counter()
         batch = place(plan.parts.train_batch(step - 1, plan.rows, section.seed))
         window.feeding += time.perf_counter() - fed
