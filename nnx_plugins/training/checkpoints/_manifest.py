@@ -62,17 +62,20 @@ def _checkpoint_dir(directory: str | os.PathLike[str]) -> pathlib.Path:
             directory,
             [f"not a directory: a checkpoint is a directory holding {MANIFEST} (or step_N ones)."],
         )
-    inside = sorted(  # (a folder holding checkpoints, as nnx import hf's DST holds one)
-        p.name
-        for p in itertools.islice(directory.iterdir(), 1000)
-        if (p / MANIFEST).is_file() or (p.is_dir() and latest_checkpoint(p) is not None)
-    )
-    hint = (
-        f" It holds {', '.join(f'{name}/' for name in inside[:3])}, which {'is a' if len(inside) == 1 else 'are'} "
-        f"checkpoint{'s' * (len(inside) != 1)}: give {directory / inside[0]}."
-        if inside
-        else " (Was the save interrupted before its first checkpoint?)"
-    )
+    try:  # (a folder holding checkpoints, as nnx import hf's DST holds one: named)
+        inside = sorted(
+            p.name
+            for p in itertools.islice(directory.iterdir(), 1000)
+            if (p / MANIFEST).is_file() or (p.is_dir() and latest_checkpoint(p) is not None)
+        )
+    except OSError:
+        inside = []
+    if inside:
+        listed = ", ".join(f"{name}/" for name in inside[:3])
+        which = "is a checkpoint" if len(inside) == 1 else "are checkpoints"
+        hint = f" It holds {listed}, which {which}: give {directory / inside[0]}."
+    else:
+        hint = " (Was the save interrupted before its first checkpoint?)"
     raise CheckpointError(
         directory, [f"no {MANIFEST} here and no step_N checkpoint below it.{hint}"]
     )
