@@ -366,8 +366,9 @@ class DataSection(_OnePart):
         from .data._base import DataError  # (here: it imports jax)
 
         source = getattr(config, "source", "<dict>")
+        overridden = [key for key in self.part.arguments if config.from_override(("data", key))]
         section = (
-            self.with_paths_resolved(os.path.dirname(os.path.abspath(source)))
+            self.with_paths_resolved(os.path.dirname(os.path.abspath(source)), overridden)
             if os.path.isfile(source)
             else self
         )

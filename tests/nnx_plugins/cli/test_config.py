@@ -238,3 +238,24 @@ def test_build_summary_with_an_input_the_model_cannot_take(capsys, files):
     assert (
         "model.layers[0]: Linear cannot take float32[2,9] from the input (--input-shape 9)" in err
     )
+
+
+def test_validate_reads_an_overridden_data_path_from_the_current_directory(
+    capsys, tmp_path, monkeypatch
+):
+    import numpy as np
+
+    (tmp_path / "model").mkdir()
+    path = tmp_path / "model" / "c.yaml"
+    path.write_text(
+        "model: {type: Linear, in_features: 4, out_features: 3}\n"
+        "data: {type: npz, path: elsewhere.npz}\n"
+        "train: {batch_size: 2}\n"
+    )
+    np.savez(tmp_path / "mine.npz", x=np.zeros((20, 4), np.float32), y=np.zeros(20, np.int32))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "config", "validate", "model/c.yaml", "data.path=mine.npz")
+    assert code == 0, err
+    assert "float32[2,4] -> float32[2,3] from the data (mine.npz" in out
+    code, _, err = run(capsys, "config", "validate", "model/c.yaml")
+    assert code == 1 and "no such file" in err and "elsewhere.npz" in err
