@@ -1,5 +1,5 @@
-"""Files and folders made under a temporary name get the permissions a plain ``open`` or
-``mkdir`` would have given them.
+"""Files: reading a regular file bounded (`read_regular`); and files and folders made under a
+temporary name get the permissions a plain ``open`` or ``mkdir`` would have given them.
 
 `tempfile.mkdtemp` and `tempfile.mkstemp` make what they create private (0700, 0600) whatever
 the user's umask: right for a scratch file, wrong for a checkpoint, an imported model or an
@@ -22,8 +22,52 @@ from __future__ import annotations
 
 import os
 import pathlib
+import stat
 
-__all__ = ["usual_mode", "umask"]
+__all__ = ["usual_mode", "umask", "read_regular", "file_kind"]
+
+_KINDS = {
+    stat.S_ISFIFO: "a FIFO (named pipe)",
+    stat.S_ISCHR: "a character device (a terminal or /dev/...)",
+    stat.S_ISBLK: "a block device",
+    stat.S_ISSOCK: "a socket",
+    stat.S_ISDIR: "a directory",
+}
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file of ``mode`` (``st_mode``) is, in words."""
+    return next((text for test, text in _KINDS.items() if test(mode)), "not a file")
+
+
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of the regular file ``path``, refusing anything else before reading (a
+    device's size is 0 and its bytes endless; opening a FIFO would wait for a writer).
+
+    Raises:
+        ValueError: it is not a regular file (naming what it is), or holds over ``limit`` bytes.
+        OSError: it cannot be opened or read.
+
+    Example:
+        >>> from nnx_plugins._files import read_regular
+        >>> try:
+        ...     read_regular("/dev/zero", 100)
+        ... except ValueError as error:
+        ...     print(error)
+        it is a character device (a terminal or /dev/...), not a regular file
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(os.fspath(path), flags)
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"it is {file_kind(mode)}, not a regular file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"it holds more than {limit:,} bytes")
+    return data
 
 
 def umask() -> int:

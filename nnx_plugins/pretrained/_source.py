@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .._files import read_regular
 from .._text import content_kind, os_problem
 from ._errors import PretrainedError
 from ._safetensors import SafetensorsFile
@@ -80,10 +81,13 @@ def read_json(path: pathlib.Path, what: str) -> dict[str, Any]:
             "wrote",
         )
     try:
-        with open(path, encoding="utf-8") as handle:
-            value = json.load(handle)
+        raw = read_regular(path, MAX_JSON_BYTES)
     except OSError as error:
         raise PretrainedError(path, f"{what} cannot be read: {os_problem(error)}") from None
+    except ValueError as error:  # (a device, a FIFO, a folder; or grown past the limit)
+        raise PretrainedError(path, f"{what} cannot be read: {error}") from None
+    try:
+        value = json.loads(raw.decode("utf-8"))
     except RecursionError:
         raise PretrainedError(path, f"{what} is nested too deeply to be a config") from None
     except (UnicodeDecodeError, ValueError) as error:

@@ -21,6 +21,7 @@ import os
 import stat
 from typing import IO, Any
 
+from ..._files import file_kind
 from ..._text import os_problem
 from .._memory import human_bytes
 from ._base import DataError
@@ -28,14 +29,6 @@ from ._base import DataError
 __all__ = ["LIMIT_VARIABLE", "data_limit", "open_regular", "check_size"]
 
 LIMIT_VARIABLE = "NNX_DATA_MAX_BYTES"
-
-_KINDS = {
-    stat.S_ISFIFO: "a FIFO (named pipe)",
-    stat.S_ISCHR: "a character device (a terminal or /dev/...)",
-    stat.S_ISBLK: "a block device",
-    stat.S_ISSOCK: "a socket",
-    stat.S_ISDIR: "a directory",
-}
 
 
 def data_limit() -> int:
@@ -90,7 +83,7 @@ def open_regular(path: str | os.PathLike[str]) -> IO[bytes]:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            what = next((text for test, text in _KINDS.items() if test(mode)), "not a file")
+            what = file_kind(mode)
             raise DataError(
                 f"{name!r} is {what}, not a regular file; data is read from regular files "
                 "only (save it to a file first).",

@@ -38,6 +38,7 @@ import numpy as np
 from tokenizers import Tokenizer as Library
 from tokenizers.decoders import DecodeStream
 
+from ..._files import read_regular
 from ..._text import os_problem
 from ...registry._registry import default_registry
 from ._base import DataError
@@ -138,14 +139,18 @@ class BytesTokenizer(Tokenizer):
 def _read(path: pathlib.Path) -> str:
     try:
         size = path.stat().st_size
-        if size > MAX_TOKENIZER_BYTES:
-            raise TokenizerError(
-                f"{path}: {size:,} bytes, more than the {MAX_TOKENIZER_BYTES:,} a tokenizer.json "
-                "may have; it is not a tokenizer file."
-            )
-        return path.read_text(encoding="utf-8")
+        data = read_regular(path, MAX_TOKENIZER_BYTES) if size <= MAX_TOKENIZER_BYTES else None
     except OSError as error:
         raise TokenizerError(f"{path}: cannot be read: {os_problem(error)}.") from None
+    except ValueError as error:  # (not a regular file, or grown past the limit meanwhile)
+        raise TokenizerError(f"{path}: {error}; it is not a tokenizer file.") from None
+    if data is None:
+        raise TokenizerError(
+            f"{path}: {size:,} bytes, more than the {MAX_TOKENIZER_BYTES:,} a tokenizer.json "
+            "may have; it is not a tokenizer file."
+        )
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise TokenizerError(
             f"{path}: not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset "

@@ -156,6 +156,18 @@ def test_a_bad_transformers_config_is_refused(imported, tmp_path, change, error,
     assert not (tmp_path / "out").exists()
 
 
+def test_a_transformers_config_that_is_a_device_is_refused_unread(imported, tmp_path):
+    source = imported("llama")
+    with pytest.raises(PretrainedError, match=r"config\.json cannot be read: it is a character"):
+        export_hf(
+            source / "config.yaml",
+            checkpoint=source / "checkpoint",
+            out=tmp_path / "out",
+            hf_config="/dev/zero",
+        )
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_existing_output_and_a_full_disk_leave_everything_as_it_was(
     imported, tmp_path, monkeypatch
 ):

@@ -1,6 +1,7 @@
 """Tokenizers: bytes and hf (tokenizer.json through the tokenizers library), the tokenizer
 section, the text dataset reading through it, and malformed tokenizer files."""
 
+import os
 import pathlib
 
 import numpy as np
@@ -91,6 +92,21 @@ def test_a_missing_or_huge_tokenizer_file(tmp_path, monkeypatch):
         HFTokenizer(str(tmp_path / "big.json")).vocab_size  # noqa: B018
     with pytest.raises(TokenizerError, match="path must name a tokenizer.json file"):
         HFTokenizer("")
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda p: "/dev/zero", r"/dev/zero: it is a character device .*, not a regular file"),
+        (lambda p: os.mkfifo(p / "fifo.json") or p / "fifo.json", r"it is a FIFO"),
+        (lambda p: p, r"cannot be read: .*directory|it is a directory"),
+    ],
+)
+def test_a_tokenizer_path_that_is_no_regular_file_is_refused_unread(tmp_path, make, match):
+    """A device's size is 0 and its bytes endless (it was read until memory ran out); opening a
+    FIFO would wait for a writer."""
+    with pytest.raises(TokenizerError, match=match):
+        HFTokenizer(str(make(tmp_path))).vocab_size  # noqa: B018
 
 
 def test_the_section_resolves_its_path_and_feeds_the_text_dataset(tmp_path):
