@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from nnx_layers import Embed
+
 from ..training._assembly import located_data_error
 from ..training._compile_cache import with_compile_cache
 from ..training._config import load_train_config
@@ -269,6 +271,7 @@ def generate(
     text = _text_of(config, manifest)
     rows = [_numbered(text.encode, one, i, len(prompts)) for i, one in enumerate(prompts)]
     model = trained_model(config, manifest["directory"])
+    _check_token_ids(model, rows, text.pad_token_id)
     if max_tokens is None:
         limit = model_max_length(model)
         longest = max(len(row) for row in rows)
@@ -320,6 +323,31 @@ def _numbered(encode: Callable[[str], np.ndarray], prompt: Any, index: int, coun
         if count == 1:
             raise
         raise GenerationError(f"prompt {index + 1} of {count}: {error}") from None
+
+
+def _check_token_ids(model: Any, rows: list[np.ndarray], pad: int) -> None:
+    """Refuse token ids the model has no embedding for (a tokenizer not the model's, or a
+    ``pad_token_id`` out of range): the model would read whatever an embedding lookup past
+    its table gives, and continue from it silently."""
+    tables = [m.num_embeddings for _, m in model.iter_modules() if isinstance(m, Embed)]
+    if not tables:
+        return
+    count = max(tables)
+    for index, row in enumerate(rows):
+        outside = row[(row < 0) | (row >= count)]
+        if outside.size:
+            where = f"prompt {index + 1} of {len(rows)}" if len(rows) > 1 else "the prompt"
+            raise GenerationError(
+                f"{where} encodes to the token id {int(outside[0])}, but the model embeds "
+                f"{count:,} tokens (0 to {count - 1:,}): the config's tokenizer is not the "
+                "model's. Use the tokenizer the model was trained with."
+            )
+    if len(rows) > 1 and not 0 <= pad < count:
+        raise GenerationError(
+            f"the tokenizer's pad_token_id {pad} is not a token of the model (0 to "
+            f"{count - 1:,}), and the {len(rows)} prompts are padded with it: set "
+            "tokenizer.pad_token_id to a token id below that."
+        )
 
 
 def _continued(model: Any, rows: list[np.ndarray], pad: int, options: dict[str, Any]) -> Any:

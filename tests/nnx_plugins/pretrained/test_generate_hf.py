@@ -87,6 +87,46 @@ def test_a_batch_past_the_models_positions_is_refused(imported):
         )
 
 
+def test_token_ids_past_the_models_embeddings_are_refused(imported, tmp_path):
+    """A pad id or a tokenizer that is not the model's: the lookup past the embedding table
+    would be read silently (rows of token 0 came out)."""
+    import json
+
+    import nnx_plugins
+
+    source = imported("llama")  # (320 tokens)
+    prompts, _, _ = expected("llama")
+    config = nnx_plugins.load_config(
+        source / "config.yaml", overrides=["tokenizer.pad_token_id=320"]
+    )
+    with pytest.raises(
+        GenerationError, match=r"pad_token_id 320 is not a token of the model \(0 to 319\)"
+    ):
+        generate(config, checkpoint=source / "checkpoint", prompt=prompts, max_tokens=2)
+    table = json.loads((source / "tokenizer.json").read_text())
+    table["added_tokens"].append(
+        {
+            "id": 320,
+            "content": "XYZ",
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": False,
+        }
+    )
+    (tmp_path / "bigger.json").write_text(json.dumps(table))
+    config = nnx_plugins.load_config(
+        source / "config.yaml", overrides=[f"tokenizer.path={tmp_path / 'bigger.json'}"]
+    )
+    with pytest.raises(
+        GenerationError,
+        match=r"prompt 2 of 2 encodes to the token id 320, but the model embeds 320 tokens "
+        r"\(0 to 319\): the config's tokenizer is not the model's",
+    ):
+        generate(config, checkpoint=source / "checkpoint", prompt=["a", "aXYZ"], max_tokens=2)
+
+
 def test_the_command_prints_each_continuation(imported, capsys):
     source = imported("mistral")
     prompts, rows, new = expected("mistral")
