@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -35,6 +36,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from safetensors import SafetensorError
 from safetensors.numpy import save_file
 
 from ..._errors import NnxError
@@ -103,8 +105,14 @@ def _fsync(path: str | os.PathLike[str]) -> None:
 
 
 def _write_tensors(tensors: dict[str, np.ndarray], path: str) -> None:
-
-    save_file(tensors, path)
+    """``save_file``, its failure to write an `OSError` (safetensors raises its own error type:
+    a full disk came out as a traceback)."""
+    try:
+        save_file(tensors, path)
+    except SafetensorError as error:
+        found = re.search(r"os error (\d+)", str(error))
+        code = int(found[1]) if found else errno.EIO
+        raise OSError(code, os.strerror(code), path) from None
     _fsync(path)
 
 

@@ -162,6 +162,23 @@ def test_a_failing_save_is_a_checkpoint_error_and_keeps_the_last_checkpoint(
     assert status == 1 and "Traceback" not in err and "earlier checkpoints are intact" in err
 
 
+def test_a_full_disk_as_safetensors_reports_it_is_a_checkpoint_error(tmp_path, monkeypatch):
+    """safetensors raises its own error type, not OSError (a full disk was a traceback)."""
+    from safetensors import SafetensorError
+
+    def full(*args, **kwargs):
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    monkeypatch.setattr(_checkpoint, "save_file", full)
+    with pytest.raises(
+        CheckpointError,
+        match=r"writing it failed: no space left on the device \(ENOSPC\) .*tensors\.safetensors",
+    ):
+        train({**SMALL, "train": {**SMALL["train"], "steps": 3}}, run_dir=tmp_path, progress=False)
+
+
 def test_a_metrics_log_that_cannot_be_written_is_a_run_error(tmp_path, capsys):
     run_dir = tmp_path / "run"
     (run_dir / "metrics.jsonl").mkdir(parents=True)  # a directory where the log goes
