@@ -62,9 +62,14 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise ValueError(f"it is {file_kind(mode)}, not a regular file")
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise ValueError(f"it holds {size:,} bytes, more than {limit:,}")
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
-        data = handle.read(limit + 1)
+        data = handle.read(size + 1)  # (one more: a file growing meanwhile is read no further)
+        while len(data) <= limit and (more := handle.read(1 << 20)):
+            data += more
     if len(data) > limit:
         raise ValueError(f"it holds more than {limit:,} bytes")
     return data

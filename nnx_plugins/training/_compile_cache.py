@@ -63,12 +63,15 @@ except ImportError:  # pragma: no cover - another JAX: its own file cache is use
     _jax_cache = None  # type: ignore[assignment]
 
 from .._errors import NnxWarning
+from .._files import read_regular
 from .._text import os_problem
 
 __all__ = ["CompileCacheWarning", "cache_folder", "compile_cache", "with_compile_cache"]
 
 ENV = "NNX_CACHE_DIR"
-MAGIC = b"nnx-xla1"  # an entry: MAGIC, the sha256 of the payload, the payload (JAX's bytes)
+MAGIC = b"nnx-xla2"  # an entry: MAGIC, the sha256 of its key and payload, the payload (JAX's)
+_FORMERLY = b"nnx-xla"  # (an entry of another version: replaced without a warning)
+_MOST_BYTES = 1 << 36  # (an entry larger is not one: 64 GiB)
 _SUFFIX = ".nnx"
 _SETTINGS = (
     "jax_compilation_cache_dir",
@@ -147,6 +150,15 @@ def cache_folder() -> pathlib.Path:
 _WARNED: set[tuple[str, pathlib.Path]] = set()
 
 
+def _digest(key: str, payload: bytes) -> bytes:
+    """The sha256 of an entry's key and payload: a damaged entry, or one copied under another
+    program's name (whose inputs may even have the same shapes), fails it."""
+    digest = hashlib.sha256(key.encode("utf-8"))
+    digest.update(b"\0")
+    digest.update(payload)
+    return digest.digest()
+
+
 class _Entries:
     """The cache JAX reads and writes through (its ``get``/``put`` interface): one file per
     entry in `cache_folder` (found, and created, at the first use: a run that stops before it
@@ -175,8 +187,8 @@ class _Entries:
 
     def get(self, key: str) -> bytes | None:
         path = self._path / f"{key}{_SUFFIX}"
-        try:
-            data = path.read_bytes()
+        try:  # (a FIFO or a link to a device in the folder is refused, not waited on)
+            data = read_regular(path, _MOST_BYTES)
         except (FileNotFoundError, NotADirectoryError):  # (no entry, or no folder yet)
             return None
         except OSError as error:
@@ -186,18 +198,22 @@ class _Entries:
                 "compiling instead.",
             )
             return None
+        except ValueError:  # (not a regular file, or too large)
+            data = b""
         payload = data[len(MAGIC) + 32 :]
         if (
             data[: len(MAGIC)] != MAGIC
-            or hashlib.sha256(payload).digest() != data[len(MAGIC) : len(MAGIC) + 32]
+            or _digest(key, payload) != data[len(MAGIC) : len(MAGIC) + 32]
         ):
             with contextlib.suppress(OSError):
                 path.unlink()
-            self._warn(
-                "damaged",
-                f"the compile cache in {self._path} held a damaged entry; it was removed and "
-                "its program compiled again.",
-            )
+            if not (data.startswith(_FORMERLY) and data[: len(MAGIC)] != MAGIC):
+                self._warn(
+                    "damaged",
+                    f"the compile cache in {self._path} held a damaged entry (or one stored "
+                    "under another program's name); it was removed and its program compiled "
+                    "again.",
+                )
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # (the last use, for whoever prunes the folder)
@@ -215,7 +231,7 @@ class _Entries:
         try:
             handle, name = tempfile.mkstemp(dir=self._path, prefix=".", suffix=".tmp")
             temporary = pathlib.Path(name)
-            _write(handle, MAGIC + hashlib.sha256(value).digest() + value)
+            _write(handle, MAGIC + _digest(key, value) + value)
             os.replace(temporary, path)
         except OSError as error:
             self.writable = False

@@ -212,10 +212,38 @@ def test_damaged_entries_are_one_warning_removed_and_compiled_again():
     for path in entries():
         data = path.read_bytes()
         path.write_bytes(data[: len(data) // 2] if "train" in path.name else b"garbage")
-    with pytest.warns(CompileCacheWarning, match="held a damaged entry; it was removed") as w:
+    with pytest.warns(CompileCacheWarning, match=r"held a damaged entry .*; it was removed") as w:
         hits, writes = counted(run())
     assert len(w) == 1 and hits == 0 and writes == len(entries())
     assert all(path.read_bytes().startswith(MAGIC) for path in entries())
+
+
+def test_an_entry_under_another_programs_name_is_not_loaded():
+    """Two whole entries swapped (by hand, a bad copy): each is refused, not run with the
+    other program's inputs (a traceback; with equal shapes, a wrong result)."""
+    counted(lambda: (cached_call(), cached_call(jnp.ones(5))))
+    first, second = entries()
+    one, other = first.read_bytes(), second.read_bytes()
+    first.write_bytes(other)
+    second.write_bytes(one)
+    with pytest.warns(CompileCacheWarning, match="stored under another program's name"):
+        assert counted(lambda: (cached_call(), cached_call(jnp.ones(5)))) == (0, 2)
+
+
+def test_an_entry_that_is_a_fifo_or_of_the_former_format(recwarn):
+    """A FIFO is refused unread (reading it waited for a writer: the run hung); an entry of
+    the earlier format is replaced without a warning."""
+    counted(cached_call)
+    (entry,) = entries()
+    entry.unlink()
+    os.mkfifo(entry)
+    with pytest.warns(CompileCacheWarning, match="held a damaged entry"):
+        assert counted(cached_call) == (0, 1)
+    (entry,) = entries()
+    entry.write_bytes(b"nnx-xla1" + entry.read_bytes()[len(MAGIC) :])
+    assert counted(cached_call) == (0, 1)
+    assert not [w for w in recwarn if issubclass(w.category, CompileCacheWarning)]
+    assert entry.read_bytes().startswith(MAGIC)
 
 
 def test_the_command_warns_in_one_line_trains_and_eval_loads_from_the_cache(
