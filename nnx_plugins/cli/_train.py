@@ -110,21 +110,35 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated("SIGTERM")
 
 
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    from ..training import _stopping  # (here: listing stays light)
+
+    _stopping.request(KeyboardInterrupt())  # (raised by the loop if this raise is lost)
+    raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def _stop_on_sigterm() -> Iterator[None]:
     """Inside the block, SIGTERM raises `Terminated` (unless SIGTERM is ignored or handled
-    already, or this is not the main thread); the previous handler is restored after."""
+    already, or this is not the main thread), and both it and Ctrl-C are recorded for the
+    loop (`_stopping`: a raise inside a garbage-collector callback is lost); the previous
+    handlers are restored after."""
     previous = signal.getsignal(signal.SIGTERM)
     if previous is not signal.SIG_DFL or threading.current_thread() is not threading.main_thread():
         yield
         return
     from ..training import _stopping  # (here: listing stays light)
 
+    interrupt = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGTERM, _raise_terminated)
+    if interrupt is signal.default_int_handler:  # (Ctrl-C: recorded too, see _stopping)
+        signal.signal(signal.SIGINT, _raise_interrupted)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if interrupt is signal.default_int_handler:
+            signal.signal(signal.SIGINT, interrupt)
         _stopping.clear()
 
 
