@@ -114,7 +114,7 @@ def export_jax(
             symbolic axis (named, with the ``input_shape`` that fixes it) or cannot run on the
             input; the weights pass `ARTIFACT_LIMIT`.
     """
-    path = new_output(out)
+    path = new_output(out, file=True)
     written = load_config(config)
     described = _described_input(written)
     loaded = load_train_config(written)

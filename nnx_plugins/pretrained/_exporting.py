@@ -29,6 +29,7 @@ from .._files import usual_mode
 from .._text import os_problem
 from ..training._loop import trained_model as trained_model_of
 from ..training.checkpoints._manifest import read_manifest
+from ..training.checkpoints._save import MANIFEST
 
 __all__ = ["ExportError", "trained_model", "new_output", "write_file", "write_directory"]
 
@@ -51,12 +52,22 @@ def trained_model(config: Any, checkpoint: str | os.PathLike[str]) -> tuple[Any,
     return model, manifest
 
 
-def new_output(out: str | os.PathLike[str]) -> pathlib.Path:
-    """``out`` as a path, after checking that nothing is there and its folder exists.
+def new_output(out: str | os.PathLike[str], *, file: bool = False) -> pathlib.Path:
+    """``out`` as a path, after checking that nothing is there, that its folder exists and
+    is not inside a checkpoint; a ``file`` output's path must not end with a separator.
 
     Raises:
-        ExportError: ``out`` exists, or the folder it would go in does not.
+        ExportError: ``out`` is empty or exists, or the folder it would go in does not, or
+            lies inside a checkpoint.
     """
+    text = os.fspath(out)
+    if not text.strip():
+        raise ExportError("--out is empty: give the path of the output to write.")
+    if file and text.endswith((os.sep, "/")):
+        raise ExportError(
+            f"--out {text} ends with {text[-1]!r}, as a folder does, but this export writes one "
+            "file: give its file name (e.g. model.jax)."
+        )
     path = pathlib.Path(out)
     if os.path.lexists(path):
         kind = "folder" if path.is_dir() else "file"
@@ -66,10 +77,18 @@ def new_output(out: str | os.PathLike[str]) -> pathlib.Path:
         )
     parent = path.absolute().parent
     if not parent.is_dir():
+        there = "is a file, not a folder" if os.path.lexists(parent) else "does not exist"
         raise ExportError(
-            f"the output {path} cannot be written: its folder {parent} does not exist. Create "
+            f"the output {path} cannot be written: its folder {parent} {there}. Create "
             f"it first or choose another --out."
         )
+    for folder in (parent, *parent.parents):
+        if (folder / MANIFEST).is_file():
+            raise ExportError(
+                f"the output {path} would be inside the checkpoint {folder}: a checkpoint holds "
+                "its own files only (runs and nnx eval would no longer take it as one). "
+                "Choose an --out outside it."
+            )
     return path
 
 

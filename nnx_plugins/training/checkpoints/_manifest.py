@@ -34,6 +34,7 @@ from ._save import (
     MANIFEST,
     SHARDED_VERSION,
     CheckpointError,
+    is_checkpoint_directory,
     latest_checkpoint,
 )
 
@@ -66,7 +67,7 @@ def _checkpoint_dir(directory: str | os.PathLike[str]) -> pathlib.Path:
         inside = sorted(
             p.name
             for p in itertools.islice(directory.iterdir(), 1000)
-            if (p / MANIFEST).is_file() or (p.is_dir() and latest_checkpoint(p) is not None)
+            if is_checkpoint_directory(p) or (p.is_dir() and latest_checkpoint(p) is not None)
         )
     except OSError:
         inside = []

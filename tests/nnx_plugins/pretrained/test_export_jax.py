@@ -245,6 +245,25 @@ def test_an_existing_output_or_a_missing_folder_is_refused(cnn):
         export_jax(CNN, checkpoint=checkpoint, out=folder / "nowhere" / "x.jax")
 
 
+def test_an_output_inside_a_checkpoint_under_a_file_or_naming_a_folder_is_refused(cnn):
+    """Written inside a step_N folder, an export hid that checkpoint from runs and nnx eval."""
+    folder, checkpoint = cnn
+    from nnx_plugins.training.checkpoints._save import latest_checkpoint
+
+    inside = latest_checkpoint(checkpoint) or pathlib.Path(checkpoint)
+    for out, match in [
+        (inside / "model.jax", r"would be inside the checkpoint .*: a checkpoint holds its own"),
+        (folder / "afile" / "x.jax", r"its folder .*afile is a file, not a folder"),
+        (f"{folder / 'out'}/", r"ends with '/', as a folder does, but this export writes one"),
+        ("", r"--out is empty"),
+    ]:
+        (folder / "afile").write_text("mine")
+        with pytest.raises(ExportError, match=match):
+            export_jax(CNN, checkpoint=checkpoint, out=out)
+    assert latest_checkpoint(checkpoint) in (inside, None) and not (inside / "model.jax").exists()
+    assert not (folder / "out").exists()
+
+
 def test_weights_past_the_artifact_limit_are_refused(cnn, monkeypatch):
     folder, checkpoint = cnn
     monkeypatch.setattr(_export_jax, "ARTIFACT_LIMIT", 1000)
