@@ -21,7 +21,14 @@ from ._steps import all_finite
 from .checkpoints._best import BEST_FILE, improves, read_best, write_best
 from .checkpoints._load import load
 from .checkpoints._manifest import read_manifest
-from .checkpoints._save import CheckpointError, latest_checkpoint, rotate, save, step_directory
+from .checkpoints._save import (
+    CheckpointError,
+    latest_checkpoint,
+    list_checkpoints,
+    rotate,
+    save,
+    step_directory,
+)
 
 __all__ = ["TrainingDivergedError", "resume", "save_checkpoint", "keep_best", "check_bad_step"]
 
@@ -40,7 +47,10 @@ def resume(plan: Plan, run: Run, bar: Progress) -> int:
     if latest is None:
         bar.print(f"no checkpoint in {plan.ckpt_dir}: starting from step 0")
         return 0
-    manifest = read_manifest(latest)
+    try:
+        manifest = read_manifest(latest)
+    except CheckpointError as error:
+        raise _with_way_back(error, plan, latest) from None
     facts = manifest.get("run") or {}
     if "data" in facts:
         problem = plan.parts.call(plan.parts.data, "check_state", facts["data"])
@@ -50,7 +60,10 @@ def resume(plan: Plan, run: Run, bar: Progress) -> int:
     held = {name for name in nodes if any(k.startswith(name + "/") for k in manifest["entries"])}
     for name in sorted(set(nodes) - held):
         bar.print(f"note: {latest} has no {name} state; it starts from the current weights.")
-    load(latest, into=run.model, optimizer=run.optimizer, extra={n: nodes[n] for n in held})
+    try:
+        load(latest, into=run.model, optimizer=run.optimizer, extra={n: nodes[n] for n in held})
+    except CheckpointError as error:
+        raise _with_way_back(error, plan, latest) from None
     _restore_callbacks(plan.parts, facts.get("callbacks"))
     step = int(manifest["step"] or 0)
     stopped = facts.get("stopped_by")
@@ -67,6 +80,23 @@ def resume(plan: Plan, run: Run, bar: Progress) -> int:
             "the run continues with the new ones and will not match an uninterrupted run."
         )
     return step
+
+
+def _with_way_back(error: CheckpointError, plan: Plan, latest: pathlib.Path) -> CheckpointError:
+    """``error`` of the newest checkpoint, with how to resume from the one before it (a run
+    resumes from the newest: "load an earlier one" alone cannot be followed)."""
+    earlier = [found for found in list_checkpoints(plan.ckpt_dir) if found != latest]
+    if not earlier:
+        return error
+    return CheckpointError(
+        error.directory,
+        [
+            *error.problems,
+            f"--resume continues from the newest checkpoint. If this one is damaged, rename "
+            f"it (mv {latest} {latest}.damaged: a step_N name only is taken) and run again "
+            f"with --resume: it continues from {earlier[-1].name}.",
+        ],
+    )
 
 
 def _note_another_best(plan: Plan, bar: Progress) -> None:

@@ -494,3 +494,36 @@ def test_a_deep_run_directory_is_made_without_recursion(tmp_path):
             if deep.is_dir():
                 deep.rmdir()
             deep = deep.parent
+
+
+def test_a_damaged_newest_checkpoint_says_how_to_resume_from_the_one_before(tmp_path):
+    """--resume takes the newest checkpoint: "load an earlier one" alone cannot be followed."""
+    config = {
+        **SMALL,
+        "train": {**SMALL["train"], "steps": 4},
+        "checkpoint": {"interval": 2, "keep": 3},
+    }
+    train(config, run_dir=tmp_path, progress=False)
+    newest = tmp_path / "checkpoints" / "step_00000004"
+    with open(newest / "tensors.safetensors", "r+b") as handle:
+        handle.truncate(100)
+    with pytest.raises(
+        CheckpointError,
+        match=r"If this one is damaged, rename it \(mv .*step_00000004 .*step_00000004\.damaged"
+        r": a step_N name only is taken\) and run again with --resume: it continues from "
+        r"step_00000002\.",
+    ):
+        train(
+            {**config, "train": {**config["train"], "steps": 6}},
+            run_dir=tmp_path,
+            resume=True,
+            progress=False,
+        )
+    os.rename(newest, f"{newest}.damaged")
+    result = train(
+        {**config, "train": {**config["train"], "steps": 6}},
+        run_dir=tmp_path,
+        resume=True,
+        progress=False,
+    )
+    assert result.step == 6
