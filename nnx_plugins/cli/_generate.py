@@ -104,15 +104,20 @@ def _whole(least: int, most: int | None = None) -> Any:
     return parse
 
 
+MAX_TEMPERATURE = 3.4028234663852886e38
+"""float32's largest (`nnx_plugins.generation._decode.MAX_TEMPERATURE`; here without jax)."""
+
+
 def _temperature(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value >= 0 or value == float("inf"):
+    if not 0 <= value <= MAX_TEMPERATURE:
         shown = repr(text) if len(text) <= 40 else f"{len(text):,} characters"
         raise argparse.ArgumentTypeError(
-            f"expected a finite number >= 0 (0 is greedy decoding), got {shown}"
+            f"expected a finite number >= 0 (0 is greedy decoding) and at most "
+            f"{MAX_TEMPERATURE:g}, got {shown}"
         )
     return value
 

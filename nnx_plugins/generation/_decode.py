@@ -221,9 +221,10 @@ def check_options(*, max_tokens: Any, temperature: Any, top_k: Any, seed: Any) -
         isinstance(max_tokens, bool) or not isinstance(max_tokens, Integral) or max_tokens < 1
     ):
         raise GenerationError(f"max_tokens must be a whole number >= 1, got {_short(max_tokens)}.")
-    if not 0 <= _as_float(temperature) < float("inf"):
+    if not 0 <= _as_float(temperature) <= MAX_TEMPERATURE:
         raise GenerationError(
-            f"temperature must be a finite number >= 0 (0 is greedy), got {_short(temperature)}."
+            f"temperature must be a finite number >= 0 (0 is greedy) and at most "
+            f"{MAX_TEMPERATURE:g} (float32's largest), got {_short(temperature)}."
         )
     if top_k is not None and (
         isinstance(top_k, bool) or not isinstance(top_k, Integral) or top_k < 1
@@ -245,6 +246,11 @@ def _as_float(value: Any) -> float:
         return float(value)
     except OverflowError:
         return float("inf")
+
+
+MAX_TEMPERATURE = float(np.finfo(np.float32).max)
+"""The largest temperature: the logits are divided by it in float32 (a larger one overflowed
+to infinity there, with numpy's warnings)."""
 
 
 def _check_arguments(

@@ -89,6 +89,7 @@ def test_a_vocabulary_that_differs_is_located_at_the_data_path(run, capsys, monk
         (["--prompt", "t", "--temperature", "-1"], "expected a finite number >= 0"),
         (["--prompt", "t", "--temperature", "nan"], "expected a finite number >= 0"),
         (["--prompt", "t", "--temperature", "1e400"], "expected a finite number >= 0"),
+        (["--prompt", "t", "--temperature", "1e39"], "and at most 3.40282e+38, got '1e39'"),
         (["--prompt", "t", "--top-k", "x"], "expected a whole number >= 1, got 'x'"),
         (["--prompt", "t", "--top-k", "\u00b2"], "expected a whole number >= 1, got '\u00b2'"),
         (
@@ -177,3 +178,10 @@ def test_the_language_model_summary_uses_the_docs_words(run, capsys):
         out,
     ), out
     assert "test accuracy" not in out and "bits_per_token" not in out
+
+
+def test_the_commands_temperature_bound_is_float32s():
+    from nnx_plugins.cli._generate import MAX_TEMPERATURE
+    from nnx_plugins.generation._decode import MAX_TEMPERATURE as DECODING
+
+    assert MAX_TEMPERATURE == DECODING

@@ -151,10 +151,12 @@ def test_model_max_length():
         (
             PROMPT,
             {"temperature": -1.0},
-            r"temperature must be a finite number >= 0 \(0 is greedy\), got -1.0",
+            r"temperature must be a finite number >= 0 \(0 is greedy\) and at most 3.40282e\+38 "
+            r"\(float32's largest\), got -1.0",
         ),
         (PROMPT, {"temperature": float("nan")}, "temperature must be a finite number >= 0"),
         (PROMPT, {"temperature": float("inf")}, "temperature must be a finite number >= 0"),
+        (PROMPT, {"temperature": 1e39}, r"at most 3.40282e\+38 \(float32's largest\), got 1e\+39"),
         (PROMPT, {"seed": 2**63}, r"seed must be a whole number from 0 to 2\*\*63-1 \(as "),
         (PROMPT, {"seed": -1}, r"seed must be a whole number from 0 to 2\*\*63-1, got -1|got -1"),
         (PROMPT, {"seed": 10**5000}, r"seed must be .*, got a number of over 4,000 digits\."),
