@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from nnx_layers import Embed
+from nnx_layers import Embed, MaskedLM
 
 from ..training._assembly import located_data_error
 from ..training._compile_cache import with_compile_cache
@@ -271,6 +271,12 @@ def generate(
     text = _text_of(config, manifest)
     rows = [_numbered(text.encode, one, i, len(prompts)) for i, one in enumerate(prompts)]
     model = trained_model(config, manifest["directory"])
+    if isinstance(model, MaskedLM):
+        raise GenerationError(
+            "the model is a MaskedLM: it fills in masked tokens from both sides, and cannot "
+            "continue text one token at a time. Generate with a causal language model "
+            "(CausalLM, e.g. an imported GPT-2 or Llama); evaluate a masked LM with nnx eval."
+        )
     _check_token_ids(model, rows, text.pad_token_id)
     if max_tokens is None:
         limit = model_max_length(model)

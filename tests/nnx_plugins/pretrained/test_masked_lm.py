@@ -121,3 +121,12 @@ def test_nnx_train_fine_tunes_the_imported_bert_on_the_masked_lm_loss(imported, 
     assert logged["train"]["loss"] == pytest.approx(expected, rel=1e-4)
     trained = nnx_plugins.load(tmp_path / "run" / "checkpoints")
     assert not np.array_equal(trained.embed.embedding.value, model.embed.embedding.value)
+
+
+def test_generate_refuses_a_masked_lm(imported):
+    """It printed meaningless 'continuations' (a bidirectional model read left to right)."""
+    from nnx_plugins import GenerationError, generate
+
+    bert = imported("bert")
+    with pytest.raises(GenerationError, match=r"the model is a MaskedLM: it fills in masked"):
+        generate(bert / "config.yaml", checkpoint=bert / "checkpoint", prompt="hello", max_tokens=2)
