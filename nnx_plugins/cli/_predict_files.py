@@ -72,10 +72,14 @@ def check_output(path: str, *, overwrite: bool, input_path: str) -> None:
     Raises:
         PredictError: naming the path and the fix.
     """
+    if os.path.isdir(path) and not os.path.islink(path):  # (before its extension is asked)
+        raise PredictError(f"--output {path} is a directory; give a file name.")
     check_suffix(path, "output")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise PredictError(f"--output {path}: the folder {folder} does not exist; create it first.")
+        there = "is a file, not a folder" if os.path.lexists(folder) else "does not exist"
+        fix = "give a path in a folder" if os.path.lexists(folder) else "create it first"
+        raise PredictError(f"--output {path}: the folder {folder} {there}; {fix}.")
     if os.path.lexists(path):
         mode = os.lstat(path).st_mode
         if stat.S_ISDIR(mode):

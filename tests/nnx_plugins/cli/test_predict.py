@@ -120,7 +120,12 @@ def test_an_output_that_exists_is_replaced_only_with_overwrite_and_a_link_is_not
             r"--output o: unknown extension '\(none\)'",
         ),
         ({}, ["--input", "train.csv", "--output", "no/o.csv"], r"the folder .*/no does not exist"),
-        ({}, ["--input", "train.csv", "--output", "."], r"unknown extension"),
+        ({}, ["--input", "train.csv", "--output", "."], r"--output \. is a directory; give a file"),
+        (
+            {"afile": ""},
+            ["--input", "train.csv", "--output", "afile/o.csv"],
+            r"the folder .*/afile is a file, not a folder; give a path in a folder",
+        ),
         (
             {"d.csv/": ""},
             ["--input", "train.csv", "--output", "d.csv"],
