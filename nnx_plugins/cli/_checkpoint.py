@@ -73,6 +73,11 @@ def resolve_checkpoint(text: str, config: Any) -> Resolved:
         CheckpointError: ``best`` asked for, but no readable ``best.json`` is there, or it
             names no ``step_N`` checkpoint beside it.
     """
+    if not text.strip():  # (pathlib reads '' as '.': the current directory)
+        raise _refused(
+            pathlib.Path(repr(text)),
+            ["--checkpoint is empty: give a checkpoint directory, or best."],
+        )
     given = pathlib.Path(text)
     if os.path.lexists(given) or given.name != BEST:
         return Resolved(given)

@@ -48,6 +48,12 @@ def test_best_names_the_checkpoint_best_json_records(run, capsys):
     assert "(step 5): test loss" in capsys.readouterr().out
 
 
+def test_an_empty_checkpoint_argument_is_refused(run, capsys):
+    """pathlib reads '' as '.': it was taken for the current directory."""
+    assert main(["eval", "tiny.yaml", "--checkpoint", ""]) == 1
+    assert "--checkpoint is empty: give a checkpoint directory, or best." in capsys.readouterr().err
+
+
 def test_eval_takes_overrides_like_train(run, capsys):
     assert main(["eval", "tiny.yaml", "train.batch_size=4", "--checkpoint", "best"]) == 0
     assert "(step 3, the best by val.loss 0.125)" in capsys.readouterr().out
