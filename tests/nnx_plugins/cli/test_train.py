@@ -193,10 +193,15 @@ def test_a_stop_whose_raise_is_lost_still_stops_the_run(nnx_registry, tmp_path, 
     config = yaml.safe_load(BASE)
     config["callbacks"] = ["test.sigterm_in_gc"]
     stop = Terminated if sent == signal.SIGTERM else KeyboardInterrupt
-    with pytest.raises(stop), _stop_on_sigterm():
-        train(config, run_dir=tmp_path / "run", progress=False)
+    # (Python's own Ctrl-C handler, as a command has it: a pytest-xdist worker ignores SIGINT)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(stop), _stop_on_sigterm():
+            train(config, run_dir=tmp_path / "run", progress=False)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # (restored)
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert steps == [1, 2, 3]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # (restored)
     assert send_once not in gc.callbacks
 
 
