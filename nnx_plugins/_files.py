@@ -23,8 +23,9 @@ from __future__ import annotations
 import os
 import pathlib
 import stat
+from typing import IO
 
-__all__ = ["usual_mode", "umask", "read_regular", "file_kind"]
+__all__ = ["usual_mode", "umask", "NotRegularFile", "open_regular", "read_regular", "file_kind"]
 
 _KINDS = {
     stat.S_ISFIFO: "a FIFO (named pipe)",
@@ -40,9 +41,39 @@ def file_kind(mode: int) -> str:
     return next((text for test, text in _KINDS.items() if test(mode)), "not a file")
 
 
+class NotRegularFile(ValueError):
+    """``path`` is not a regular file; ``.kind`` says what it is (`file_kind`)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        super().__init__(f"it is {kind}, not a regular file")
+
+
+def open_regular(path: str | os.PathLike[str]) -> IO[bytes]:
+    """``path`` opened for reading in binary, refusing anything but a regular file before a
+    byte is read (a device's size is 0 and its bytes endless; opening a FIFO for reading would
+    wait for a writer: it is opened non-blocking, checked, then made blocking).
+
+    Raises:
+        NotRegularFile: it is not a regular file (a ValueError naming what it is).
+        OSError: it cannot be opened.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(os.fspath(path), flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(file_kind(mode))
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
-    """The bytes of the regular file ``path``, refusing anything else before reading (a
-    device's size is 0 and its bytes endless; opening a FIFO would wait for a writer).
+    """The bytes of the regular file ``path`` (`open_regular`), at most ``limit`` of them.
 
     Raises:
         ValueError: it is not a regular file (naming what it is), or holds over ``limit`` bytes.
@@ -56,17 +87,10 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
         ...     print(error)
         it is a character device (a terminal or /dev/...), not a regular file
     """
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(os.fspath(path), flags)
-    with os.fdopen(fd, "rb") as handle:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise ValueError(f"it is {file_kind(mode)}, not a regular file")
-        size = os.fstat(fd).st_size
+    with open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
         if size > limit:
             raise ValueError(f"it holds {size:,} bytes, more than {limit:,}")
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
         data = handle.read(size + 1)  # (one more: a file growing meanwhile is read no further)
         while len(data) <= limit and (more := handle.read(1 << 20)):
             data += more

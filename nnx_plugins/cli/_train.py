@@ -103,18 +103,14 @@ class Terminated(KeyboardInterrupt):
     checkpoints written so far kept; other processes of the run told)."""
 
 
-def _raise_terminated(signum: int, frame: Any) -> None:
+def _raise_stop(signum: int, frame: Any) -> None:
+    """SIGTERM raises `Terminated`, Ctrl-C `KeyboardInterrupt`; each is recorded first, for
+    the loop to raise if this raise is lost (`_stopping`)."""
     from ..training import _stopping  # (here: listing stays light)
 
-    _stopping.request(Terminated("SIGTERM"))  # (raised by the loop if this raise is lost)
-    raise Terminated("SIGTERM")
-
-
-def _raise_interrupted(signum: int, frame: Any) -> None:
-    from ..training import _stopping  # (here: listing stays light)
-
-    _stopping.request(KeyboardInterrupt())  # (raised by the loop if this raise is lost)
-    raise KeyboardInterrupt
+    stop = Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
+    _stopping.request(stop)
+    raise stop
 
 
 @contextlib.contextmanager
@@ -130,9 +126,9 @@ def _stop_on_sigterm() -> Iterator[None]:
     from ..training import _stopping  # (here: listing stays light)
 
     interrupt = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGTERM, _raise_stop)
     if interrupt is signal.default_int_handler:  # (Ctrl-C: recorded too, see _stopping)
-        signal.signal(signal.SIGINT, _raise_interrupted)
+        signal.signal(signal.SIGINT, _raise_stop)
     try:
         yield
     finally:

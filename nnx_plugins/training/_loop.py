@@ -394,7 +394,7 @@ def _loop(
     window, bad = _Window(), first_bad_step(plan.mesh)
     run.model.train()
     for step in range(span[0] + 1, span[1] + 1):
-        raise_requested()  # (a SIGTERM whose own raise was lost: see _stopping)
+        raise_requested()  # (a SIGTERM or Ctrl-C whose own raise was lost: see _stopping)
         fed = time.perf_counter()
         batch = place(plan.parts.train_batch(step - 1, plan.rows, section.seed))
         window.feeding += time.perf_counter() - fed

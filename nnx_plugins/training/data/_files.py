@@ -18,10 +18,10 @@ Example:
 from __future__ import annotations
 
 import os
-import stat
-from typing import IO, Any
+from typing import IO
 
-from ..._files import file_kind
+from ..._files import NotRegularFile
+from ..._files import open_regular as open_file
 from ..._text import os_problem
 from .._memory import human_bytes
 from ._base import DataError
@@ -66,33 +66,24 @@ def check_size(nbytes: int, what: str) -> None:
 
 
 def open_regular(path: str | os.PathLike[str]) -> IO[bytes]:
-    """Open ``path`` for reading in binary, refusing anything but a regular file.
+    """Open ``path`` for reading in binary, refusing anything but a regular file
+    (`nnx_plugins._files.open_regular`, its errors as `DataError`).
 
     Raises:
         DataError: no such file, not a regular file (naming what it is), or unreadable.
     """
     name = os.fspath(path)
     try:
-        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        return open_file(name)
     except FileNotFoundError:
         raise DataError(f"no such file {name!r}.", key="path") from None
     except IsADirectoryError:
         raise DataError(f"{name!r} is a directory, not a data file.", key="path") from None
     except OSError as error:
         raise DataError(f"cannot open {name!r}: {os_problem(error)}.", key="path") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            what = file_kind(mode)
-            raise DataError(
-                f"{name!r} is {what}, not a regular file; data is read from regular files "
-                "only (save it to a file first).",
-                key="path",
-            )
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-        handle: Any = os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-    return handle
+    except NotRegularFile as error:
+        raise DataError(
+            f"{name!r} is {error.kind}, not a regular file; data is read from regular files "
+            "only (save it to a file first).",
+            key="path",
+        ) from None
