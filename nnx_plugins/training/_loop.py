@@ -61,7 +61,7 @@ from ._precision import model_config
 from ._preflight import check_on_data, preflight
 from ._progress import Progress
 from ._run import Run
-from ._run_dir import RunError, RunLock, check_new_run, choose_run_dir
+from ._run_dir import RunError, RunLock, check_new_run, choose_run_dir, remove_unstarted
 from ._run_state import check_bad_step, keep_best, save_checkpoint
 from ._run_state import resume as resume_run
 from ._safe_io import write_whole
@@ -212,11 +212,17 @@ def train(
     plan.steps = steps_of(plan)
     if layout is not None:  # (each device's share, the step's peak: before anything is allocated)
         memory = measure_layout(plan, layout, allow_large=allow_large)
+    created = main and not os.path.lexists(plan.run_dir)
     with RunLock(plan.run_dir) if main else contextlib.nullcontext():
         sync("nnx-run-directory")  # (the others wait until process 0 holds the directory)
         check_new_run(plan.run_dir, plan.ckpt_dir, resume)
-        _save_resolved_config(config, plan.run_dir, main)
-        model, optimizer = setup(plan, layout, variables=len(list(check.state.flat_state())))
+        try:
+            _save_resolved_config(config, plan.run_dir, main)
+            model, optimizer = setup(plan, layout, variables=len(list(check.state.flat_state())))
+        except BaseException:  # (refused before a step, e.g. by checkpoint.init_from)
+            if created:
+                remove_unstarted(plan.run_dir)
+            raise
         run = Run(
             config,
             plan.run_dir,

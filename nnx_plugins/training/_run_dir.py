@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import json
@@ -45,7 +46,15 @@ try:  # POSIX; elsewhere runs are not locked (documented in docs/limits.md)
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["RunError", "RunLock", "LOCK_NAME", "RUN_FILES", "choose_run_dir", "check_new_run"]
+__all__ = [
+    "RunError",
+    "RunLock",
+    "LOCK_NAME",
+    "RUN_FILES",
+    "choose_run_dir",
+    "check_new_run",
+    "remove_unstarted",
+]
 
 LOCK_NAME = ".nnx-run.lock"
 RUN_FILES = (
@@ -317,6 +326,23 @@ class RunLock:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def remove_unstarted(run_dir: pathlib.Path) -> None:
+    """Remove a run directory this run created and that holds only what its start wrote (the
+    lock file and ``config.yaml``): a run refused before its first step leaves nothing behind,
+    and the next run without ``--run-dir`` takes the same name. Anything else in it (another
+    file, a checkpoint) keeps the whole directory as it is."""
+    ours = {LOCK_NAME, "config.yaml"}
+    try:
+        if not set(os.listdir(run_dir)) <= ours:
+            return
+        for name in ours:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(run_dir / name)
+        os.rmdir(run_dir)
+    except OSError:  # (what cannot be removed stays: the run's own error is the one to report)
+        pass
 
 
 def _make_directories(path: pathlib.Path) -> None:

@@ -181,7 +181,24 @@ def test_a_checkpoint_that_does_not_fit_is_refused_before_a_step(
     first = raised.value.problems[0]
     assert first.startswith(f"{path}:") and "checkpoint.init_from: the run starts from" in first
     assert "but LoRAParam adapters (they start fresh)" in first
-    assert not list((tmp_path / "run").glob("checkpoints/step_*"))
+    assert not (tmp_path / "run").exists()  # (the refused run leaves no directory behind)
+
+
+def test_a_refused_run_leaves_its_default_directory_name_free(pretrained, tmp_path, monkeypatch):
+    """Without --run-dir the next attempt takes runs/<name> again, not runs/<name>-1; a folder
+    that was there before is kept."""
+    checkpoint, _ = pretrained
+    monkeypatch.chdir(tmp_path)
+    bad = write_job(tmp_path / "job", {**MLP, "layers": MLP["layers"][:2]}, checkpoint)
+    with pytest.raises(CheckpointError, match=r"unexpected entry in the checkpoint"):
+        train(str(bad), progress=False)
+    assert (tmp_path / "runs").is_dir() and not list((tmp_path / "runs").iterdir())
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(CheckpointError, match=r"unexpected entry in the checkpoint"):
+        train(str(bad), run_dir=tmp_path / "mine", progress=False)
+    assert (tmp_path / "mine" / "config.yaml").is_file()
+    good = write_job(tmp_path / "job", MLP, checkpoint)
+    assert train(str(good), progress=False).run_dir == pathlib.Path("runs") / "config"
 
 
 def test_a_missing_checkpoint_is_refused_on_the_command_line(tmp_path, capsys):
