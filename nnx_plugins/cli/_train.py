@@ -117,8 +117,8 @@ def _raise_stop(signum: int, frame: Any) -> None:
 def _stop_on_sigterm() -> Iterator[None]:
     """Inside the block, SIGTERM raises `Terminated` (unless SIGTERM is ignored or handled
     already, or this is not the main thread), and both it and Ctrl-C are recorded for the
-    loop (`_stopping`: a raise inside a garbage-collector callback is lost); the previous
-    handlers are restored after."""
+    loop (`_stopping`: a raise inside a garbage-collector callback is lost, and Python's report
+    of that loss is not printed); the previous handlers are restored after."""
     previous = signal.getsignal(signal.SIGTERM)
     if previous is not signal.SIG_DFL or threading.current_thread() is not threading.main_thread():
         yield
@@ -126,15 +126,25 @@ def _stop_on_sigterm() -> Iterator[None]:
     from ..training import _stopping  # (here: listing stays light)
 
     interrupt = signal.getsignal(signal.SIGINT)
+    hook = sys.unraisablehook
+
+    def lost(unraisable: Any) -> None:
+        # (the recorded stop's raise, lost in a garbage-collector callback: the loop raises it
+        # at its next step, so Python's "Exception ignored ... Traceback" would only alarm)
+        if not _stopping.is_requested(unraisable.exc_value):
+            hook(unraisable)
+
     signal.signal(signal.SIGTERM, _raise_stop)
     if interrupt is signal.default_int_handler:  # (Ctrl-C: recorded too, see _stopping)
         signal.signal(signal.SIGINT, _raise_stop)
+    sys.unraisablehook = lost
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
         if interrupt is signal.default_int_handler:
             signal.signal(signal.SIGINT, interrupt)
+        sys.unraisablehook = hook
         _stopping.clear()
 
 

@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["request", "raise_requested", "clear"]
+__all__ = ["request", "raise_requested", "is_requested", "clear"]
 
 _requested: list[BaseException] = []
 
@@ -33,6 +33,11 @@ def raise_requested() -> None:
     """Raise the recorded stop, once; nothing when none is recorded."""
     if _requested:
         raise _requested.pop()
+
+
+def is_requested(stop: BaseException) -> bool:
+    """Whether ``stop`` is the recorded one, not raised yet (a raise Python reports as lost)."""
+    return any(stop is pending for pending in _requested)
 
 
 def clear() -> None:
