@@ -50,8 +50,20 @@ class LoRAParam(Param, kind="LoRAParam"):
     """
 
 
-def _check_rank(layer: str, lora_rank: Any) -> int:
-    return check_positive_int(layer, "lora_rank", lora_rank)
+def check_rank(layer: str, lora_rank: Any, in_features: int, out_features: int) -> int:
+    """``lora_rank`` checked positive and at most ``min(in_features, out_features)``: an
+    adapter ``lora_a @ lora_b`` on an ``in x out`` kernel has at most that rank, so a larger one
+    only adds parameters."""
+    rank = check_positive_int(layer, "lora_rank", lora_rank)
+    largest = min(in_features, out_features)
+    if rank > largest:
+        raise ValueError(
+            f"{layer} lora_rank={rank} is larger than min(in, out) = {largest} of its "
+            f"{in_features} x {out_features} kernel: an adapter lora_a @ lora_b on an in x out "
+            f"kernel has rank at most min(in, out), so a rank above {largest} only adds "
+            f"parameters. Pass lora_rank <= {largest}."
+        )
+    return rank
 
 
 def _param_type(layer: str, lora_param_type: Any) -> tuple[type[Variable], str]:
@@ -80,7 +92,7 @@ class LoRA(Module):
 
     Args:
         in_features: width of the input's last axis.
-        lora_rank: the rank of the adapter (the inner width).
+        lora_rank: the rank of the adapter (the inner width), at most the smaller feature size.
         out_features: width of the output's last axis.
         base_module: a layer whose output the adapter is added to (called with the same
             input and the call's keyword arguments).
@@ -97,9 +109,10 @@ class LoRA(Module):
         b_metadata: metadata for ``lora_b``.
 
     Raises:
-        ValueError: sizes that are not positive integers or an unknown kind name; at call
-            time, an input whose last axis is not ``in_features`` wide, or a base output of
-            another shape.
+        ValueError: sizes that are not positive integers, a ``lora_rank`` above
+            ``min(in_features, out_features)`` or an unknown kind name; at call time, an
+            input whose last axis is not ``in_features`` wide, or a base output of another
+            shape.
         TypeError: a ``base_module`` that is not callable or a ``lora_param_type`` that is not
             a Variable kind; a non-numeric input.
 
@@ -136,8 +149,8 @@ class LoRA(Module):
         b_metadata: Mapping[str, Any] = _EMPTY,
     ):
         self.in_features = check_positive_int("LoRA", "in_features", in_features)
-        self.lora_rank = _check_rank("LoRA", lora_rank)
         self.out_features = check_positive_int("LoRA", "out_features", out_features)
+        self.lora_rank = check_rank("LoRA", lora_rank, self.in_features, self.out_features)
         if base_module is not None and not callable(base_module):
             raise TypeError(
                 f"LoRA base_module must be a callable layer, got {type(base_module).__name__}. "
@@ -188,7 +201,7 @@ class LoRALinear(Linear):
     Args:
         in_features: width of the input's last axis.
         out_features: width of the output's last axis.
-        lora_rank: the rank of the adapter.
+        lora_rank: the rank of the adapter, at most the smaller feature size.
         lora_dtype: computation dtype of the adapter.
         lora_param_dtype: dtype of the adapter weights.
         a_initializer: initializer of ``lora.lora_a``.
@@ -255,7 +268,6 @@ class LoRALinear(Linear):
         kernel_metadata: Mapping[str, Any] = _EMPTY,
         bias_metadata: Mapping[str, Any] = _EMPTY,
     ):
-        rank = _check_rank("LoRALinear", lora_rank)
         _, kind_name = _param_type("LoRALinear", lora_param_type)
         super().__init__(
             in_features,
@@ -273,6 +285,7 @@ class LoRALinear(Linear):
             kernel_metadata=kernel_metadata,
             bias_metadata=bias_metadata,
         )
+        rank = check_rank("LoRALinear", lora_rank, self.in_features, self.out_features)
         self.lora_rank = rank
         self.lora_dtype = lora_dtype
         self.lora_param_dtype = lora_param_dtype

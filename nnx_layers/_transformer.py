@@ -23,7 +23,7 @@ from ._checks import Dtype, as_input, check_positive_int, check_sequence_shape
 from ._constraints import Count, NonNegative, Positive, Size
 from ._dot_product_attention import dot_product_attention
 from ._linear import Linear
-from ._lora import LoRALinear
+from ._lora import LoRALinear, check_rank
 from ._normalization import RMSNorm
 from ._rope import RoPE
 from .activations import gelu, silu
@@ -39,17 +39,25 @@ def _names(*axes: str | None) -> dict[str, Any]:
     return {"sharding_names": tuple(axes)}
 
 
-def _lora_rank(layer: str, value: Any) -> int:
+def _lora_rank(layer: str, value: Any, kernel: tuple[int, int]) -> int:
+    """``value`` checked: 0, or a rank the layer's smallest projection ``kernel`` (in, out)
+    can use (`check_rank`)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(
             f"{layer} lora_rank must be a whole number >= 0 (0: no adapters), got {value!r}."
         )
-    return value
+    return check_rank(layer, value, *kernel) if value else 0
 
 
 def _lora_scale(layer: str, rank: int, alpha: Any) -> float:
-    if alpha is None or rank == 0:
+    if alpha is None:
         return 1.0
+    if rank == 0:
+        raise ValueError(
+            f"{layer} lora_alpha={alpha!r} has no effect without lora_rank (lora_rank=0: no "
+            f"adapters to scale). Set lora_rank (e.g. lora_rank=8) to add adapters, or remove "
+            f"lora_alpha."
+        )
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha <= 0:
         raise ValueError(f"{layer} lora_alpha must be a number > 0 or None, got {alpha!r}.")
     return float(alpha) / rank
@@ -157,8 +165,10 @@ class SelfAttention(Module):
         param_dtype: dtype of the parameters.
         kernel_init: initializer of the projections' kernels.
         bias_init: initializer of their biases.
-        lora_rank: with a rank ``> 0``, every projection gets a `LoRAParam` adapter.
-        lora_alpha: the adapters are scaled by ``lora_alpha / lora_rank`` (1 if None).
+        lora_rank: with a rank ``> 0``, every projection gets a `LoRAParam` adapter; at most
+            ``min(in_features, num_kv_heads * head_dim)``, the rank of the smallest kernel.
+        lora_alpha: the adapters are scaled by ``lora_alpha / lora_rank`` (1 if None); set
+            only with ``lora_rank``.
         rngs: random streams; ``rngs.params()`` initializes the weights.
 
     Raises:
@@ -245,7 +255,7 @@ class SelfAttention(Module):
         self.decode = _check_bool(name, "decode", decode)
         self.dtype, self.param_dtype = dtype, param_dtype
         self.kernel_init, self.bias_init = kernel_init, bias_init
-        self.lora_rank = _lora_rank(name, lora_rank)
+        self.lora_rank = _lora_rank(name, lora_rank, (self.in_features, kv * self.head_size))
         self.lora_alpha = lora_alpha
         self._scale = _lora_scale(name, self.lora_rank, lora_alpha)
         self._build(rngs)
@@ -457,8 +467,10 @@ class MLP(Module):
         param_dtype: dtype of the parameters.
         kernel_init: initializer of the kernels.
         bias_init: initializer of the biases.
-        lora_rank: with a rank ``> 0``, ``up`` and ``down`` get `LoRAParam` adapters.
-        lora_alpha: the adapters are scaled by ``lora_alpha / lora_rank`` (1 if None).
+        lora_rank: with a rank ``> 0``, ``up`` and ``down`` get `LoRAParam` adapters; at most
+            ``min(features, hidden)``.
+        lora_alpha: the adapters are scaled by ``lora_alpha / lora_rank`` (1 if None); set
+            only with ``lora_rank``.
         rngs: random streams.
 
     Example:
@@ -487,7 +499,8 @@ class MLP(Module):
     ):
         _setup_mlp(self, "MLP", features, hidden, activation, use_bias, dtype, param_dtype)
         self.kernel_init, self.bias_init = kernel_init, bias_init
-        self.lora_rank, self.lora_alpha = _lora_rank("MLP", lora_rank), lora_alpha
+        kernel = (self.features, self.hidden)
+        self.lora_rank, self.lora_alpha = _lora_rank("MLP", lora_rank, kernel), lora_alpha
         self._scale = _lora_scale("MLP", self.lora_rank, lora_alpha)
         make = _Projections(self, rngs).make
         self.up = make(self.features, self.hidden, ("embed", "mlp"), use_bias)
@@ -510,8 +523,10 @@ class GatedMLP(Module):
         param_dtype: dtype of the parameters.
         kernel_init: initializer of the kernels.
         bias_init: initializer of the biases.
-        lora_rank: with a rank ``> 0``, ``gate``, ``up`` and ``down`` get adapters.
-        lora_alpha: the adapters are scaled by ``lora_alpha / lora_rank`` (1 if None).
+        lora_rank: with a rank ``> 0``, ``gate``, ``up`` and ``down`` get adapters; at most
+            ``min(features, hidden)``.
+        lora_alpha: the adapters are scaled by ``lora_alpha / lora_rank`` (1 if None); set
+            only with ``lora_rank``.
         rngs: random streams.
 
     Example:
@@ -540,7 +555,8 @@ class GatedMLP(Module):
     ):
         _setup_mlp(self, "GatedMLP", features, hidden, activation, use_bias, dtype, param_dtype)
         self.kernel_init, self.bias_init = kernel_init, bias_init
-        self.lora_rank, self.lora_alpha = _lora_rank("GatedMLP", lora_rank), lora_alpha
+        kernel = (self.features, self.hidden)
+        self.lora_rank, self.lora_alpha = _lora_rank("GatedMLP", lora_rank, kernel), lora_alpha
         self._scale = _lora_scale("GatedMLP", self.lora_rank, lora_alpha)
         make = _Projections(self, rngs).make
         self.gate = make(self.features, self.hidden, ("embed", "mlp"), use_bias)

@@ -19,10 +19,11 @@ import numpy as np
 
 import nnx_core as nnx
 
+from ..config._errors import ConfigError
 from ..config._shapes import DataSpec, check_model
 from ..training._loop import trained_model
 from ..training.checkpoints._manifest import read_manifest
-from ._predict_files import Inputs, Outputs
+from ._predict_files import Inputs, Outputs, PredictError
 
 __all__ = ["check_inputs", "predict", "batches"]
 
@@ -31,11 +32,35 @@ def check_inputs(config: Any, inputs: Inputs) -> Any:
     """The abstract output of the model for a batch of ``inputs``.
 
     Raises:
+        PredictError: the model cannot take the examples, whose shape is not that of the
+            examples of the config's data (both shapes named).
         ConfigError: a layer cannot take what it is given (the first such, at its place in
-            the config, with the shape it received).
+            the config, with the shape it received), the examples being of the data's shape
+            (or the data cannot be read).
     """
     example = jax.ShapeDtypeStruct(inputs.array.shape[1:], inputs.array.dtype)
-    return check_model(config, data=DataSpec(example, f"input ({inputs.origin})")).output
+    try:
+        return check_model(config, data=DataSpec(example, f"input ({inputs.origin})")).output
+    except ConfigError:
+        info = _data_info(config)
+        expected = getattr(getattr(info, "inputs", None), "shape", None)
+        if expected is None or tuple(expected) == example.shape:
+            raise
+        batch = ", ".join(["N", *map(str, expected)])
+        raise PredictError(
+            f"--input {inputs.origin}: the model expects examples of shape {tuple(expected)}, "
+            f"those of its {info.origin}, but the file gives examples of shape "
+            f"{example.shape} (an array of shape {inputs.array.shape}). Give an array of shape "
+            f"({batch}): N examples as the model was trained on."
+        ) from None
+
+
+def _data_info(config: Any) -> Any:
+    """The description of the config's data (what the model trains on), or None."""
+    try:
+        return config.sections["data"].make().describe()
+    except Exception:  # noqa: BLE001 - only a better message: the model's own error stands
+        return None
 
 
 def batches(array: np.ndarray, size: int) -> Iterator[np.ndarray]:

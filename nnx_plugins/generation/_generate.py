@@ -121,9 +121,11 @@ def _text_of(config: Any, manifest: dict[str, Any]) -> _Text:
         )
     try:
         tokenizer = make_tokenizer(section.part.dump())
+        tokenizer.vocab_size  # noqa: B018 - reads its file now: a bad one is not the prompt's
         eos, pad = tuple(tokenizer.eos_token_ids), tokenizer.pad_token_id
     except DataError as error:
-        raise GenerationError(f"the config's tokenizer: {error}") from None
+        where = ("tokenizer", "path") if error.key == "tokenizer" else ("tokenizer",)
+        raise GenerationError(str(config.problem(where, error.message))) from None
     return _Text(
         lambda prompt: _tokenized(tokenizer, prompt),
         lambda tokens: (tokenizer.decode(tokens), b""),

@@ -42,6 +42,7 @@ from ..registry._errors import PluginError
 from ..registry._registry import default_registry
 from ._part_calls import PartLabel, check_batch, guarded_batches
 from ._run_files import check_logger_files
+from ._tokenizer import tokenizer_path
 from .data._base import DataError, DataInfo
 from .metrics._base import Loss, metric_key, missing_values
 
@@ -204,10 +205,13 @@ def config_error(config: Any, path: tuple[Any, ...], message: str) -> ConfigErro
 
 
 def located_data_error(config: Any, error: DataError) -> DataError:
-    """``error`` again, its message led by the place in the config of the data argument."""
+    """``error`` again, its message led by the place in the config of the data argument (of
+    the tokenizer's file, for a `TokenizerError`)."""
     if isinstance(getattr(error, "problem", None), Problem):
         return error  # (located already)
     path = ("data", error.key) if error.key else ("data",)
+    if error.key == "tokenizer":  # (a TokenizerError: the file the config names)
+        path = tokenizer_path(config)
     problem = located(config).problem(path, error.message)
     return DataError(str(problem), key=error.key, problem=problem)
 

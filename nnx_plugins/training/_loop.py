@@ -55,6 +55,7 @@ from ._contracts import check_parts
 from ._device_memory import memory_line
 from ._evaluation import eval_batch_size, evaluate_model, evaluation_line
 from ._mesh import batch_placer, first_bad_step, run_layout
+from ._optimizer import check_trainable
 from ._plan import Plan, make_plan, measure_layout, setup, steps_of
 from ._plot import plot_metrics
 from ._precision import model_config
@@ -209,6 +210,7 @@ def train(
     else:  # (the memory: each device's share, by measure_layout below)
         check = check_on_data(model_config(config), parts.info, parts.task)
     check_parts(config, parts, check.output)
+    check_trainable(config, check.state)  # (before the run directory is touched)
     plan.steps = steps_of(plan)
     if layout is not None:  # (each device's share, the step's peak: before anything is allocated)
         memory = measure_layout(plan, layout, allow_large=allow_large)

@@ -37,8 +37,10 @@ from pydantic_core import ValidationError
 import nnx_core
 
 from .._text import suggest
+from ..config._errors import ConfigError
 from ..config._scalars import strict_type
 from ..registry._registry import default_registry
+from ._memory import trainable_kinds
 from ._problems import Problems
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "optimizer_names",
     "schedule_names",
     "make_optimizer",
+    "check_trainable",
 ]
 
 #: counts (steps, batch sizes, intervals): strict ints that fit in 32 bits
@@ -455,6 +458,42 @@ def _check_trainable(trainable: list[str], problems: Problems) -> None:
                 f"{', '.join(known)}",
                 name,
             )
+
+
+def check_trainable(config: Any, state: Any) -> None:
+    """Refuse an ``optimizer.trainable`` that selects no Variable of the model whose State
+    (abstract or not) is ``state``: the run would train nothing.
+
+    Raises:
+        ConfigError: at ``optimizer.trainable``, naming the kinds it lists and those the model
+            holds.
+
+    Example:
+        >>> import nnx_core as nnx
+        >>> import nnx_plugins
+        >>> from nnx_plugins.training._config import load_train_config
+        >>> from nnx_plugins.training._optimizer import check_trainable
+        >>> model = {"type": "Linear", "in_features": 2, "out_features": 2}
+        >>> config = load_train_config({"model": model, "optimizer": {"trainable": ["LoRAParam"]}})
+        >>> try:
+        ...     check_trainable(config, nnx.state(nnx_plugins.build(model)))
+        ... except nnx_plugins.ConfigError as error:
+        ...     print(error.problems[0])
+        <dict>: optimizer.trainable: [LoRAParam] selects no Variable of the model, ...
+    """
+    trainable = config.sections["optimizer"].trainable
+    held = {type(v) for _, v in state.flat_state()}
+    if any(issubclass(kind, trainable_kinds(trainable)) for kind in held):
+        return
+    names = ", ".join(sorted(map(nnx_core.variable_name, held)))
+    has = f"the model holds Variables of the kinds {names}" if held else "the model holds none"
+    message = (
+        f"[{', '.join(trainable)}] selects no Variable of the model, so the run would train "
+        f"nothing: {has}. "
+        "List the kinds to train (e.g. trainable: [Param]), or give the model Variables of the "
+        "kinds listed (LoRAParam adapters: set lora_rank on its layers)."
+    )
+    raise ConfigError([config.problem(("optimizer", "trainable"), message)])
 
 
 def make_optimizer(section: OptimizerSection) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 
 from ._sections import DataSection, _OnePart
 
-__all__ = ["TokenizerSection", "tokenized"]
+__all__ = ["TokenizerSection", "tokenized", "tokenizer_path"]
 
 
 class TokenizerSection(_OnePart):
@@ -54,3 +54,24 @@ def tokenized(data: Any, tokenizer: TokenizerSection | None) -> Any:
     arguments = {**data.arguments, "tokenizer": tokenizer.part.dump()}
     part = dataclasses.replace(data.part, arguments=arguments)
     return type(data).model_construct(part=part, validation=data.validation)
+
+
+def tokenizer_path(config: Any) -> tuple[str, ...]:
+    """Where ``config`` names the file of its data's tokenizer: ``tokenizer.path`` when the
+    data reads the ``tokenizer`` section's (`tokenized`), else its own ``data.tokenizer.path``.
+
+    Example:
+        >>> from nnx_plugins.training._config import load_train_config
+        >>> from nnx_plugins.training._tokenizer import tokenizer_path
+        >>> config = load_train_config({
+        ...     "model": {"type": "Linear", "in_features": 2, "out_features": 2},
+        ...     "tokenizer": {"type": "hf", "path": "tokenizer.json"},
+        ...     "data": {"type": "text", "path": "notes.txt"}})
+        >>> tokenizer_path(config)
+        ('tokenizer', 'path')
+    """
+    section = config.sections.get("tokenizer")
+    given = config.sections["data"].arguments.get("tokenizer")
+    if section is not None and given == section.part.dump():
+        return ("tokenizer", "path")
+    return ("data", "tokenizer", "path")

@@ -6,10 +6,11 @@ A config with training sections (``task``, ``data``, ``metrics``, ``loggers``, `
 the dataset (described; its validation split), the task against each metric, every watched
 value (with a did-you-mean), the files the loggers write, the batch size against the data, the
 model abstractly on the data, the data against the task and the model (labels, token ids),
-and the task's loss and each metric abstractly. The model's shapes are checked against the
-data only when the config has a ``data`` section (or ``--input-shape``): without one, ``nnx
-train`` would use the default ``digits``, which a model config with an ``optimizer`` section
-alone was seldom written for. A config with a ``model`` only is checked as a model. Nothing is
+the optimizer's ``trainable`` kinds against the model's Variables, and the task's loss and
+each metric abstractly. The model's shapes are checked against the data only when the config
+has a ``data`` section (or ``--input-shape``): without one, ``nnx train`` would use the
+default ``digits``, which a model config with an ``optimizer`` section alone was seldom
+written for. A config with a ``model`` only is checked as a model. Nothing is
 allocated and nothing is written.
 
 Example:
@@ -37,6 +38,7 @@ from ..config._shapes import DataSpec, ModelCheck, check_model
 from ._assembly import assemble
 from ._config import SECTIONS, check_data_path, load_train_config
 from ._contracts import check_parts
+from ._optimizer import check_trainable
 from ._part_calls import RunPartError
 from ._plan import make_plan
 from ._precision import model_config
@@ -79,6 +81,7 @@ def check_config(config: Any, *, data: DataSpec | None = None) -> ModelCheck:
             sections = {k: v for k, v in model.sections.items() if k != "data"}
             model = dataclasses.replace(model, sections=sections)
         check = check_model(model, data=spec)
+        check_trainable(train_config, check.state)
         check_parts(train_config, parts, check.output)
     except DataError as error:
         raise ConfigError([_problem(train_config, error)]) from None

@@ -12,7 +12,7 @@ import pytest
 
 import nnx_core as nnx
 from nnx_layers import Linear, LoRA, LoRALinear, LoRAParam, initializers
-from nnx_plugins import default_registry
+from nnx_plugins import ConfigError, build, default_registry
 from nnx_plugins.testing import check_layer, check_variable_type
 
 
@@ -184,6 +184,13 @@ def test_a_plugin_kind_by_name_in_a_config():
     ("kwargs", "error", "match"),
     [
         ({"lora_rank": 0}, ValueError, "LoRA lora_rank must be a positive integer, got 0"),
+        (
+            {"lora_rank": 4},
+            ValueError,
+            r"LoRA lora_rank=4 is larger than min\(in, out\) = 3 of its 3 x 4 kernel: an "
+            r"adapter lora_a @ lora_b on an in x out kernel has rank at most min\(in, out\), so "
+            r"a rank above 3 only adds parameters\. Pass lora_rank <= 3\.",
+        ),
         ({"in_features": 2.5}, ValueError, "LoRA in_features must be a positive integer"),
         ({"base_module": 3}, TypeError, "LoRA base_module must be a callable layer, got int"),
         (
@@ -209,6 +216,28 @@ def test_lora_linear_construction_errors():
         LoRALinear(3, 4, lora_rank=-1, rngs=nnx.Rngs(0))
     with pytest.raises(TypeError, match="LoRALinear lora_param_type must be a Variable kind"):
         LoRALinear(3, 4, lora_rank=2, lora_param_type=object, rngs=nnx.Rngs(0))
+    with pytest.raises(
+        ValueError,
+        match=r"LoRALinear lora_rank=3 is larger than min\(in, out\) = 2 of its 16 x 2 kernel",
+    ):
+        LoRALinear(16, 2, lora_rank=3, rngs=nnx.Rngs(0))
+
+
+def test_a_rank_the_kernel_cannot_use_is_refused_at_its_place_in_a_config():
+    config = {
+        "type": "Sequential",
+        "layers": [
+            {"type": "relu"},
+            {"type": "LoRALinear", "in_features": 8, "out_features": 2, "lora_rank": 4},
+        ],
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"model\.layers\[1\]: building LoRALinear raised ValueError: LoRALinear "
+        r"lora_rank=4 is larger than min\(in, out\) = 2 of its 8 x 2 kernel.* Pass "
+        r"lora_rank <= 2\.",
+    ):
+        build(config)
 
 
 def test_lora_call_errors():

@@ -120,6 +120,18 @@ def test_decoding_past_the_end_under_jit_returns_nan():
         (dict(qk_norm="layer"), ValueError, "qk_norm must be 'rms' or None"),
         (dict(lora_rank=-1), ValueError, "lora_rank must be a whole number >= 0"),
         (dict(lora_rank=2, lora_alpha=0), ValueError, "lora_alpha must be a number > 0"),
+        (
+            dict(lora_alpha=16.0),
+            ValueError,
+            r"SelfAttention lora_alpha=16\.0 has no effect without lora_rank .* Set lora_rank "
+            r"\(e\.g\. lora_rank=8\) to add adapters, or remove lora_alpha",
+        ),
+        (  # (the key and value kernels are 8 x 2: one head of 2)
+            dict(num_kv_heads=1, lora_rank=3),
+            ValueError,
+            r"SelfAttention lora_rank=3 is larger than min\(in, out\) = 2 of its 8 x 2 kernel: "
+            r"an adapter .* has rank at most min\(in, out\), .* Pass lora_rank <= 2\.",
+        ),
         (dict(rope="rope"), TypeError, "rope must be a RoPE or None"),
         (dict(is_causal=1), TypeError, "is_causal must be True or False"),
     ],
@@ -137,6 +149,22 @@ def test_attention_call_errors():
         layer(_x(2, 5, 8), mask=jnp.ones((2, 4), bool))
     with pytest.raises(ValueError, match="in_features .* is not a multiple of num_heads"):
         SelfAttention(10, 4, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("mlp", [MLP, GatedMLP])
+def test_mlp_lora_settings_that_would_do_nothing_are_refused(mlp):
+    name = mlp.__name__
+    with pytest.raises(
+        ValueError,
+        match=rf"{name} lora_alpha=4 has no effect without lora_rank .* remove lora_alpha",
+    ):
+        mlp(8, 16, lora_alpha=4, rngs=nnx.Rngs(0))
+    with pytest.raises(
+        ValueError,
+        match=rf"{name} lora_rank=9 is larger than min\(in, out\) = 8 of its 8 x 16 kernel",
+    ):
+        mlp(8, 16, lora_rank=9, rngs=nnx.Rngs(0))
+    assert mlp(8, 16, lora_rank=8, lora_alpha=4, rngs=nnx.Rngs(0)).lora_rank == 8
 
 
 def test_mlps_equal_their_formulas():

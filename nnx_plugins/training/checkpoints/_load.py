@@ -27,6 +27,7 @@ from safetensors.numpy import load_file
 
 import nnx_core
 
+from ..._files import NotRegularFile
 from ..._text import format_path
 from ...config._build import build
 from ...registry._errors import PluginError
@@ -34,7 +35,7 @@ from ...registry._lookup import get_variable_type
 from .._collectives import gather_text, process_label
 from .._placement import is_key, place
 from ._entries import entry_key
-from ._manifest import confined_file, dtype_of, read_manifest
+from ._manifest import confined_file, dtype_of, read_manifest, unreadable
 from ._repeat import conversion_hints
 from ._save import FORMAT_VERSION, CheckpointError, _sha256
 from ._shards import ShardReader
@@ -45,9 +46,10 @@ __all__ = ["read_manifest", "load"]
 def _read_tensors(where: pathlib.Path, manifest: Mapping[str, Any]) -> dict[str, np.ndarray]:
 
     path = confined_file(where, manifest["tensors"], "tensor file")
-    if not path.is_file():
-        raise CheckpointError(where, [f"{path.name} is missing."])
-    digest = _sha256(path)
+    try:
+        digest = _sha256(path)
+    except (OSError, NotRegularFile) as error:
+        raise CheckpointError(where, [unreadable(path, error)]) from None
     if digest != manifest.get("sha256"):
         raise CheckpointError(
             where,

@@ -27,6 +27,8 @@ from typing import Any
 import ml_dtypes  # (bfloat16, float8_*, int4 ... as numpy dtypes)
 import numpy as np
 
+from ..._files import NotRegularFile, read_regular
+from ..._text import os_problem
 from ._blocks import SHARD_FILE, tiling_problem
 from ._entries import FORMAT, entry_key
 from ._save import (
@@ -38,7 +40,7 @@ from ._save import (
     latest_checkpoint,
 )
 
-__all__ = ["MAX_MANIFEST_BYTES", "read_manifest", "confined_file"]
+__all__ = ["MAX_MANIFEST_BYTES", "read_manifest", "confined_file", "unreadable"]
 
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 """The largest manifest read (about a million Variables); a larger file is refused."""
@@ -56,6 +58,8 @@ def _checkpoint_dir(directory: str | os.PathLike[str]) -> pathlib.Path:
     latest = latest_checkpoint(directory)
     if latest is not None:
         return latest
+    if os.path.lexists(directory / MANIFEST):  # (not a regular file: read_manifest says what)
+        return directory
     if not directory.exists():
         raise CheckpointError(directory, ["no such directory."])
     if not directory.is_dir():
@@ -128,23 +132,43 @@ def confined_file(where: pathlib.Path, name: Any, role: str) -> pathlib.Path:
     return path
 
 
+def unreadable(path: pathlib.Path, error: OSError | NotRegularFile) -> str:
+    """Why the checkpoint's file ``path`` cannot be opened (``error``, from `open_regular`), as
+    a `CheckpointError` problem: missing, a broken symbolic link, or not a regular file (a
+    folder, a FIFO, a device: named)."""
+    if isinstance(error, NotRegularFile):
+        return (
+            f"{path.name} is {error.kind}, not a regular file: not the file the checkpoint was "
+            f"saved with. Put its {path.name} back, or load an earlier checkpoint."
+        )
+    if isinstance(error, FileNotFoundError) and path.is_symlink():
+        return (
+            f"{path.name} is a broken symbolic link (to {os.readlink(path)}, which does not "
+            "exist). Restore what it pointed to, or load an earlier checkpoint."
+        )
+    if isinstance(error, FileNotFoundError):
+        return f"{path.name} is missing."
+    return f"{path.name} cannot be read: {os_problem(error)}."
+
+
 def _load_json(path: pathlib.Path, where: pathlib.Path) -> Any:
     try:
         size = path.stat().st_size
-        if size > MAX_MANIFEST_BYTES:
-            raise CheckpointError(
-                where,
-                [
-                    f"{MANIFEST} is {size:,} bytes, more than the {MAX_MANIFEST_BYTES:,} a "
-                    "manifest may have (nnx_plugins.training.checkpoints._manifest.MAX_MANIFEST_BYTES); "
-                    "it is not a manifest nnx wrote."
-                ],
-            )
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
+        if size <= MAX_MANIFEST_BYTES:
+            return json.loads(read_regular(path, MAX_MANIFEST_BYTES).decode("utf-8"))
+    except (OSError, NotRegularFile) as error:
+        raise CheckpointError(where, [unreadable(path, error)]) from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
         reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
         raise CheckpointError(where, [f"{MANIFEST} is unreadable or corrupt: {reason}"]) from None
+    raise CheckpointError(
+        where,
+        [
+            f"{MANIFEST} is {size:,} bytes, more than the {MAX_MANIFEST_BYTES:,} a "
+            "manifest may have (nnx_plugins.training.checkpoints._manifest.MAX_MANIFEST_BYTES); "
+            "it is not a manifest nnx wrote."
+        ],
+    )
 
 
 def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:

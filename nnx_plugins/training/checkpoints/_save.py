@@ -40,7 +40,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import save_file
 
 from ..._errors import NnxError
-from ..._files import usual_mode
+from ..._files import open_regular, usual_mode
 from ..._text import os_problem
 from .._collectives import broadcast_text, gather_text, process_label
 from ._blocks import SHARD_FILE, shard_file
@@ -89,8 +89,10 @@ class CheckpointError(NnxError, ValueError):
 
 
 def _sha256(path: str | os.PathLike[str]) -> str:
+    """The sha256 of the regular file ``path`` (`open_regular`: `NotRegularFile` for a folder,
+    a FIFO or a device, read never)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

@@ -37,8 +37,9 @@ import jax
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
+from ..._files import NotRegularFile
 from ._blocks import Block, assemble, block_of
-from ._manifest import confined_file, dtype_of
+from ._manifest import confined_file, dtype_of, unreadable
 from ._save import CheckpointError, _sha256
 
 __all__ = ["ShardReader"]
@@ -85,9 +86,10 @@ class ShardReader:
     def _file(self, name: str) -> tuple[Any, set[str]]:
         if name not in self._files:
             path = confined_file(self.where, name, "tensor file")
-            if not path.is_file():
-                raise CheckpointError(self.where, [f"{name} is missing."])
-            digest = _sha256(path)
+            try:
+                digest = _sha256(path)
+            except (OSError, NotRegularFile) as error:
+                raise CheckpointError(self.where, [unreadable(path, error)]) from None
             if digest != self._sha256[name]:
                 raise CheckpointError(
                     self.where,

@@ -57,10 +57,11 @@ MAX_TOKENIZER_BYTES = 256 * 1024 * 1024
 
 
 class TokenizerError(DataError):
-    """A tokenizer file cannot be read, or a tokenizer cannot do what it was asked."""
+    """A tokenizer file cannot be read, or a tokenizer cannot do what it was asked; located
+    at the config's ``tokenizer.path`` (the data argument ``tokenizer``)."""
 
     def __init__(self, message: str):
-        super().__init__(message, key="path")
+        super().__init__(message, key="tokenizer")
 
 
 class Tokenizer:

@@ -10,6 +10,9 @@ import pytest
 
 import nnx_plugins
 from nnx_plugins.cli._main import main
+from nnx_plugins.cli._predict_files import Inputs, PredictError
+from nnx_plugins.cli._predict_model import check_inputs
+from nnx_plugins.training._config import load_train_config
 from nnx_plugins.training._loop import build_model
 from nnx_plugins.training.checkpoints._best import write_best
 from nnx_plugins.training.checkpoints._save import step_directory
@@ -148,8 +151,9 @@ def test_an_output_that_exists_is_replaced_only_with_overwrite_and_a_link_is_not
         (
             {"x.npz": {"x": np.ones((2, 5))}},
             ["--input", "x.npz", "--output", "o.csv"],
-            r"clf\.yaml:4:7: model\.layers\[0\]: Linear cannot take float32\[2,5\] from the input "
-            r"\(x\.npz: array 'x'\)",
+            r"--input x\.npz: array 'x': the model expects examples of shape \(3,\), those of its "
+            r"data \(train\.csv\), but the file gives examples of shape \(5,\) \(an array of shape "
+            r"\(2, 5\)\)\. Give an array of shape \(N, 3\)",
         ),
         (
             {"x.npz": {"x": np.ones((0, 3))}},
@@ -169,7 +173,8 @@ def test_an_output_that_exists_is_replaced_only_with_overwrite_and_a_link_is_not
         (
             {"x.npz": {"x": np.ones((2, 3, 1))}},
             ["--input", "x.npz", "--output", "o.csv"],
-            r"Linear cannot take float32\[2,3,1\]|the model returns \(2, 3, 4\) for a batch",
+            r"the model expects examples of shape \(3,\), .* but the file gives examples of shape "
+            r"\(3, 1\)",
         ),
         (
             {"n.csv": "a,b\n1,2\n"},
@@ -215,6 +220,50 @@ def test_bad_input_is_one_line_before_anything_is_written(
 
     assert re.search(match, err), err
     assert sorted(os.listdir(tmp_path)) == before  # (no output, no temporary file)
+
+
+def test_examples_of_another_shape_than_the_datas_are_named_with_both_shapes(
+    tmp_path, monkeypatch, capsys
+):
+    """Not the first layer's advice to rebuild it: the shape the model was trained on."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cnn.yaml").write_text(
+        "model:\n"
+        "  type: Sequential\n"
+        "  layers:\n"
+        "    - {type: Conv, in_features: 1, out_features: 2, kernel_size: [3, 3]}\n"
+        "    - {type: Reshape, shape: [-1]}\n"
+        "    - {type: Linear, in_features: 128, out_features: 10}\n"
+        "data: {type: digits}\n"
+    )
+    nnx_plugins.save(build_model("cnn.yaml"), tmp_path / "ckpt", step=1)
+    np.savez(tmp_path / "flat.npz", x=np.ones((4, 64)))
+    argv = ["predict", "cnn.yaml", "--checkpoint", "ckpt", "--input", "flat.npz"]
+    assert main([*argv, "--output", "o.npz"]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        "nnx: error: --input flat.npz: array 'x': the model expects examples of shape "
+        "(8, 8, 1), those of its data (digits, layout NHWC), but the file gives examples of "
+        "shape (64,) (an array of shape (4, 64)). Give an array of shape (N, 8, 8, 1): N "
+        "examples as the model was trained on.\n"
+    )
+    assert not (tmp_path / "o.npz").exists()
+    flat = Inputs(np.ones((4, 64), np.float32), "flat.npz: array 'x'")
+    with pytest.raises(PredictError, match=r"expects examples of shape \(8, 8, 1\), .* \(64,\)"):
+        check_inputs(load_train_config("cnn.yaml"), flat)
+
+
+def test_examples_the_model_cannot_take_name_the_layer_when_the_data_is_gone(
+    classifier, tmp_path, capsys
+):
+    (tmp_path / "train.csv").unlink()
+    np.savez(tmp_path / "x.npz", x=np.ones((2, 5)))
+    argv = ["predict", "clf.yaml", "--checkpoint", "best", "--input", "x.npz"]
+    assert main([*argv, "--output", "o.csv"]) == 1
+    assert (
+        "clf.yaml:4:7: model.layers[0]: Linear cannot take float32[2,5] from the input (x.npz: "
+        "array 'x')"
+    ) in capsys.readouterr().err
 
 
 def test_outputs_a_csv_row_cannot_hold_are_refused_before_the_model_runs(

@@ -127,6 +127,22 @@ def test_token_ids_past_the_models_embeddings_are_refused(imported, tmp_path):
         generate(config, checkpoint=source / "checkpoint", prompt=["a", "aXYZ"], max_tokens=2)
 
 
+def test_a_malformed_tokenizer_file_is_named_at_tokenizer_path_not_at_the_prompt(
+    imported, tmp_path
+):
+    source = imported("llama")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    config = nnx_plugins.load_config(source / "config.yaml", overrides=[f"tokenizer.path={bad}"])
+    with pytest.raises(
+        GenerationError,
+        match=rf"tokenizer\.path: {bad}: not a tokenizer\.json the tokenizers library can read "
+        r"\(it stops at line 1, column 2",
+    ) as raised:
+        generate(config, checkpoint=source / "checkpoint", prompt="The fox", max_tokens=2)
+    assert "prompt" not in str(raised.value)
+
+
 def test_the_command_prints_each_continuation(imported, capsys):
     source = imported("mistral")
     prompts, rows, new = expected("mistral")

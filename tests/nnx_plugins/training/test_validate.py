@@ -60,6 +60,15 @@ def both(tmp_path, capsys, text):
             + "data: {type: digits, layout: flat, validation: 0}\ncallbacks: [early_stopping]\n",
             "callbacks[0].metric: 'val.loss' is not a value this run reports.",
         ),
+        (  # (a model without adapters: nothing would train)
+            MODEL
+            + DIGITS
+            + "optimizer: {type: adam, learning_rate: 0.1, trainable: [LoRAParam]}\n",
+            "c.yaml:3:56: optimizer.trainable: [LoRAParam] selects no Variable of the model, so "
+            "the run would train nothing: the model holds Variables of the kinds Param. List the "
+            "kinds to train (e.g. trainable: [Param]), or give the model Variables of the kinds "
+            "listed (LoRAParam adapters: set lora_rank on its layers).",
+        ),
     ],
 )
 def test_validate_refuses_what_train_refuses_with_the_same_message(tmp_path, capsys, text, message):

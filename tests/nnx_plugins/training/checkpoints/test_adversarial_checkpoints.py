@@ -73,6 +73,32 @@ def test_a_symlink_out_of_the_checkpoint_is_not_followed(checkpoint, name):
         load(checkpoint, into=build(1))
 
 
+@pytest.mark.parametrize("name", ["tensors.safetensors", "manifest.json"])
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (
+            pathlib.Path.mkdir,
+            r"is a directory, not a regular file: not the file the checkpoint was saved with\. "
+            r"Put its {name} back, or load an earlier checkpoint\.",
+        ),
+        (os.mkfifo, r"is a FIFO \(named pipe\), not a regular file"),  # (never opened: it waits)
+        (
+            lambda path: path.symlink_to(path.parent / "gone"),
+            r"is a broken symbolic link \(to .*gone, which does not exist\)\. Restore what it "
+            r"pointed to, or load an earlier checkpoint\.",
+        ),
+    ],
+)
+def test_a_file_of_the_checkpoint_that_is_no_regular_file_is_named_so_not_missing(
+    checkpoint, name, make, match
+):
+    (checkpoint / name).unlink()
+    make(checkpoint / name)
+    with pytest.raises(CheckpointError, match=f"{name} " + match.replace("{name}", name)):
+        load(checkpoint, into=build(1))
+
+
 # -- manifests of valid JSON but the wrong structure ----------------------------------------------
 def _entry(m):
     return m["entries"]["model/layers/0/kernel"]

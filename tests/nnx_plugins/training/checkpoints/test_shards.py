@@ -233,6 +233,15 @@ def test_a_missing_tensor_file_is_refused(checkpoint):
         load(checkpoint, into=build(1))
 
 
+def test_a_tensor_file_that_is_a_folder_is_named_so(checkpoint):
+    os.remove(checkpoint / SECOND)
+    (checkpoint / SECOND).mkdir()
+    with pytest.raises(
+        CheckpointError, match=rf"{SECOND} is a directory, not a regular file: not the file"
+    ):
+        load(checkpoint, into=build(1))
+
+
 def test_a_tensor_file_symlinked_out_of_the_checkpoint_is_not_followed(checkpoint):
     outside = checkpoint.parent / "outside.safetensors"
     shutil.move(checkpoint / SECOND, outside)

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import nnx_plugins
-from nnx_plugins import TokenizerError
+from nnx_plugins import DataError, TokenizerError, train
 from nnx_plugins.training._config import load_train_config
+from nnx_plugins.training._validate import check_config
 from nnx_plugins.training.data._tokenizers import BytesTokenizer, HFTokenizer, make_tokenizer
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "hf"
@@ -160,3 +161,35 @@ def test_an_unknown_tokenizer_type_is_a_config_error():
                 "tokenizer": {"type": "sentencepiece"},
             }
         )
+
+
+@pytest.mark.parametrize(
+    ("lines", "where"),
+    [
+        (
+            "tokenizer: {type: hf, path: bad.json}\ndata: {type: text, path: notes.txt}\n",
+            r"run\.yaml:2:29: tokenizer\.path",
+        ),
+        (  # (the data's own tokenizer argument: located there)
+            "data: {type: text, path: notes.txt, tokenizer: {type: hf, path: BAD}}\n",
+            r"run\.yaml:2:\d+: data\.tokenizer\.path",
+        ),
+    ],
+)
+def test_a_malformed_tokenizer_file_is_located_where_the_config_names_it(tmp_path, lines, where):
+    """Not at data.path (the text, which is fine) when training, nor at the prompt when
+    generating (tests/nnx_plugins/pretrained/test_generate_hf.py)."""
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    (tmp_path / "notes.txt").write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    (tmp_path / "run.yaml").write_text(
+        "model: {type: Linear, in_features: 2, out_features: 2}\n"
+        + lines.replace("BAD", str(bad))
+        + "task: {type: language_model}\n"
+    )
+    message = rf"{where}: {bad}: not a tokenizer\.json the tokenizers library can read"
+    with pytest.raises(DataError, match=message):
+        train(tmp_path / "run.yaml", run_dir=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(nnx_plugins.ConfigError, match=message):  # (nnx config validate)
+        check_config(tmp_path / "run.yaml")
