@@ -4,8 +4,9 @@ to transformers.
 ``jax`` writes a serialized `jax.export` artifact (StableHLO, the weights inside) that plain jax
 loads with ``jax.export.deserialize`` and runs without nnx; ``hf`` writes a directory
 transformers loads (a model of ``nnx import hf``, LoRA adapters merged). Each export writes its
-output whole or not at all and never replaces an existing path. jax is imported inside the
-handlers only, so the listing commands stay fast.
+output whole or not at all and never replaces an existing path; stopped by Ctrl-C or SIGTERM
+it says so in one line and exits 130 or 143, its output whole or absent. jax is imported inside
+the handlers only, so the listing commands stay fast.
 
 Example:
     >>> from nnx_plugins.cli._main import build_parser
@@ -19,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from .._errors import NnxError
@@ -30,26 +32,53 @@ __all__ = ["add_commands"]
 
 
 def _export_jax(args: argparse.Namespace) -> int:
-    from ..config._load import load_config  # (here: listing stays light)
-    from ..pretrained._export_jax import export_jax  # (here: listing stays light)
-    from ..training._config import load_train_config  # (here: listing stays light)
+    return _stoppable(_write_jax, args)
+
+
+def _export_hf(args: argparse.Namespace) -> int:
+    return _stoppable(_write_hf, args)
+
+
+def _stoppable(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run an export; Ctrl-C or SIGTERM stops it with its output whole or absent and one line
+    said (exit 130 or 143), an error of the input is one line (exit 1)."""
+    from .._stopping import pending, stop_message, stop_on_signals, was_published
+
+    with stop_on_signals():
+        try:
+            return command(args)
+        except KeyboardInterrupt as stop:
+            text, status = stop_message(stop, "export", args.out, complete=was_published(args.out))
+        except NnxError as error:  # (configs, checkpoints, shapes, the output: they say where)
+            asked = pending()  # (an error that followed a stop: the stop is what happened)
+            if asked is None:
+                report(f"nnx: error: {error}")
+                return 1
+            text, status = stop_message(asked, "export", args.out, complete=was_published(args.out))
+        report(text)
+        return status
+
+
+def _write_jax(args: argparse.Namespace) -> int:
+    from .._stopping import shielded
+
+    with shielded():  # (a stop inside jaxlib's native start aborts the process: after)
+        from ..config._load import load_config  # (here: listing stays light)
+        from ..pretrained._export_jax import export_jax  # (here: listing stays light)
+        from ..training._config import load_train_config  # (here: listing stays light)
 
     given = one_file(args, "export jax FILE --checkpoint DIR --out FILE [options] [KEY=VALUE...]")
     if given is None:
         return 2
-    try:
-        config = load_config(given[0], overrides=given[1])
-        chosen = resolve_checkpoint(args.checkpoint, load_train_config(config))
-        result = export_jax(
-            config,
-            checkpoint=chosen.path,
-            out=args.out,
-            input_shape=args.input_shape,
-            input_dtype=args.input_dtype,
-        )
-    except NnxError as error:  # (configs, checkpoints, shapes, the output: they say where)
-        report(f"nnx: error: {error}")
-        return 1
+    config = load_config(given[0], overrides=given[1])
+    chosen = resolve_checkpoint(args.checkpoint, load_train_config(config))
+    result = export_jax(
+        config,
+        checkpoint=chosen.path,
+        out=args.out,
+        input_shape=args.input_shape,
+        input_dtype=args.input_dtype,
+    )
     print(
         f"wrote {result.path} ({result.size / 2**20:.1f} MiB): {result.inputs} -> "
         f"{result.outputs}; run it with jax.export.deserialize(open(path, 'rb').read()).call(x)"
@@ -57,26 +86,20 @@ def _export_jax(args: argparse.Namespace) -> int:
     return 0
 
 
-def _export_hf(args: argparse.Namespace) -> int:
-    from ..config._load import load_config  # (here: listing stays light)
-    from ..pretrained._export_hf import export_hf  # (here: listing stays light)
-    from ..training._config import load_train_config  # (here: listing stays light)
+def _write_hf(args: argparse.Namespace) -> int:
+    from .._stopping import shielded
+
+    with shielded():  # (a stop inside jaxlib's native start aborts the process: after)
+        from ..config._load import load_config  # (here: listing stays light)
+        from ..pretrained._export_hf import export_hf  # (here: listing stays light)
+        from ..training._config import load_train_config  # (here: listing stays light)
 
     given = one_file(args, "export hf FILE --checkpoint DIR --out DIR [options] [KEY=VALUE...]")
     if given is None:
         return 2
-    try:
-        config = load_config(given[0], overrides=given[1])
-        chosen = resolve_checkpoint(args.checkpoint, load_train_config(config))
-        result = export_hf(
-            config,
-            checkpoint=chosen.path,
-            out=args.out,
-            hf_config=args.hf_config,
-        )
-    except NnxError as error:  # (configs, checkpoints, config.json, the output: they say where)
-        report(f"nnx: error: {error}")
-        return 1
+    config = load_config(given[0], overrides=given[1])
+    chosen = resolve_checkpoint(args.checkpoint, load_train_config(config))
+    result = export_hf(config, checkpoint=chosen.path, out=args.out, hf_config=args.hf_config)
     merged = f", {result.adapters} LoRA projections merged" if result.adapters else ""
     print(
         f"wrote {result.directory}: {result.architecture}, {result.tensors} tensors "

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..registry._discovery import GROUPS
 from ._names import names_table
-from ._output import add_command, console, fail
+from ._output import add_command, console, fail, report
 
 __all__ = ["add_commands"]
 
@@ -27,19 +27,37 @@ _DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _import_hf(args: argparse.Namespace) -> int:
-    from ..pretrained._errors import PretrainedError  # (here: listing must not import jax)
-    from ..pretrained._import import import_hf  # (here: as above)
+    from ..pretrained._errors import PretrainedError  # (here, as those below: light ones)
+    from .._stopping import pending, shielded, stop_on_signals
 
-    try:
-        done = import_hf(args.source, args.out, dtype=args.dtype)
-    except PretrainedError as error:
-        return fail(str(error))
-    console().print(
-        f"imported {done.architecture} ({done.parameters:,} parameters, {done.dtype}, "
-        f"{done.bytes:,} bytes) from {args.source} into {done.directory}: config.yaml, "
-        "checkpoint/.\n" + _next_steps(done.config, done.checkpoint)
-    )
-    return 0
+    with stop_on_signals():  # (Ctrl-C and SIGTERM: DST whole or absent, one line said)
+        try:
+            with shielded():  # (a stop inside jaxlib's native start aborts the process: after)
+                from ..pretrained._import import import_hf  # (here: listing must not import jax)
+
+            done = import_hf(args.source, args.out, dtype=args.dtype)
+            console().print(
+                f"imported {done.architecture} ({done.parameters:,} parameters, {done.dtype}, "
+                f"{done.bytes:,} bytes) from {args.source} into {done.directory}: config.yaml, "
+                "checkpoint/.\n" + _next_steps(done.config, done.checkpoint)
+            )
+            return 0
+        except KeyboardInterrupt as stop:
+            return _stopped(stop, args.out)
+        except PretrainedError as error:
+            asked = pending()  # (an error that followed a stop: the stop is what happened)
+            if asked is not None:
+                return _stopped(asked, args.out)
+            return fail(str(error))
+
+
+def _stopped(stop: BaseException, out: str) -> int:
+    """Say that the import stopped, and whether DST was put in place before; the status."""
+    from .._stopping import stop_message, was_published
+
+    text, status = stop_message(stop, "import", out, complete=was_published(out))
+    report(text)
+    return status
 
 
 def _next_steps(config: Any, checkpoint: Any) -> str:

@@ -84,8 +84,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     distribution, its version, the cause and a fix; never as a traceback.
     """
     keep_stderr()  # (before any pack is imported: its errors are still seen if one closes it)
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    try:
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+    except KeyboardInterrupt:  # (while the commands' modules load: nothing started yet)
+        report("nnx: interrupted.")
+        return 130
     if extra and isinstance(getattr(args, "overrides", None), list):
         options = [i for i, word in enumerate(extra) if word.startswith("-")]
         if options:
@@ -154,8 +158,13 @@ def run() -> None:
     """The ``nnx`` console script: `main`, then exit with its status. A run stopped by Ctrl-C
     or SIGTERM ends at once (``os._exit``, its output flushed): stopped while XLA compiled,
     the interpreter's teardown beside XLA's threads crashed the process (a segmentation
-    fault after the stop message, in 3 of 4 stops). Its files are closed already."""
+    fault after the stop message, in 3 of 4 stops). Its files are closed already. Once the
+    command is done, Ctrl-C and SIGTERM are ignored: its output is whole and said, and a stop
+    would only end the interpreter's teardown with a signal's status instead of the command's."""
     status = main()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError, OSError):  # (ValueError: not the main thread)
+            signal.signal(signum, signal.SIG_IGN)
     if status in (130, 128 + signal.SIGTERM):
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):

@@ -19,13 +19,12 @@ import contextlib
 import os
 import signal
 import sys
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
 
 from .._errors import NnxError
+from .._stopping import Terminated, stop_on_signals
 from ..training._address import address_problem
 from ._checkpoint import CHECKPOINT_OPTION, resolve_checkpoint
 from ._config import one_file
@@ -60,7 +59,7 @@ def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
     try:
         # (SIGTERM handled once joined: JAX's join blocks in native code, where a Python
         # handler cannot run, so until then SIGTERM ends the process at once, as it did)
-        with group or contextlib.nullcontext(), _stop_on_sigterm():
+        with group or contextlib.nullcontext(), stop_on_signals():
             if group is not None and group.process_id != 0:
                 _quiet_stdout()  # (process 0 reports for all; errors still go to stderr)
             mesh = parse_mesh(args.mesh) if args.mesh is not None else None
@@ -96,56 +95,6 @@ def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
         summary = describe_metrics(result.metrics, **summary_words(config))
         console.print(summary, soft_wrap=True)
     return 0
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived: raised in the main thread, so that a run stops as on Ctrl-C (the
-    checkpoints written so far kept; other processes of the run told)."""
-
-
-def _raise_stop(signum: int, frame: Any) -> None:
-    """SIGTERM raises `Terminated`, Ctrl-C `KeyboardInterrupt`; each is recorded first, for
-    the loop to raise if this raise is lost (`_stopping`)."""
-    from ..training import _stopping  # (here: listing stays light)
-
-    stop = Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
-    _stopping.request(stop)
-    raise stop
-
-
-@contextlib.contextmanager
-def _stop_on_sigterm() -> Iterator[None]:
-    """Inside the block, SIGTERM raises `Terminated` (unless SIGTERM is ignored or handled
-    already, or this is not the main thread), and both it and Ctrl-C are recorded for the
-    loop (`_stopping`: a raise inside a garbage-collector callback is lost, and Python's report
-    of that loss is not printed); the previous handlers are restored after."""
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous is not signal.SIG_DFL or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    from ..training import _stopping  # (here: listing stays light)
-
-    interrupt = signal.getsignal(signal.SIGINT)
-    hook = sys.unraisablehook
-
-    def lost(unraisable: Any) -> None:
-        # (the recorded stop's raise, lost in a garbage-collector callback: the loop raises it
-        # at its next step, so Python's "Exception ignored ... Traceback" would only alarm)
-        if not _stopping.is_requested(unraisable.exc_value):
-            hook(unraisable)
-
-    signal.signal(signal.SIGTERM, _raise_stop)
-    if interrupt is signal.default_int_handler:  # (Ctrl-C: recorded too, see _stopping)
-        signal.signal(signal.SIGINT, _raise_stop)
-    sys.unraisablehook = lost
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if interrupt is signal.default_int_handler:
-            signal.signal(signal.SIGINT, interrupt)
-        sys.unraisablehook = hook
-        _stopping.clear()
 
 
 def _process_group(args: argparse.Namespace, group_type: Any) -> Any:

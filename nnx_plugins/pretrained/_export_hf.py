@@ -46,6 +46,9 @@ import numpy as np
 import nnx_core as nnx
 from nnx_layers import LoRALinear, LoRAParam
 
+from .._files import open_regular
+from .._stopping import check
+from .._text import os_problem
 from ..config._build import build
 from ..training._config import load_train_config
 from ._convert import Rule, backward, path_text, table_rows
@@ -126,7 +129,9 @@ def export_hf(
         ConfigError: the config is invalid.
         CheckpointError: the checkpoint is missing, corrupt or does not fit the model.
         PretrainedError: no ``config.json``, or one that cannot be read; its architecture has
-            no converter.
+            no converter, or the converter refuses one of its values; a
+            ``generation_config.json`` or ``tokenizer_config.json`` beside it that is not a JSON
+            object (transformers would not load the output).
         ExportError: ``out`` exists or cannot be written; the model does not have the shapes
             ``config.json`` describes (each differing parameter named).
     """
@@ -139,24 +144,24 @@ def export_hf(
         _, converter = find_converter(architecture, where=where)
     except PretrainedError as error:  # (said as an import says it: here, an export)
         raise PretrainedError(error.where, error.problem, action="export") from None
+    made, rows = _converted(converter, architecture, settings, where)
+    sides = _side_files(where.parent)
     model, _ = trained_model(loaded, checkpoint)
+    check()  # (a stop whose own raise was lost: said before the work goes on)
     adapters = merge_adapters(model)
     state = {
         path_text(p): v.value
         for p, v in nnx.state(model, nnx.All(nnx.Param, nnx.Not(LoRAParam))).flat_state()
     }
-    _check_shapes(converter, settings, state, where)
-    rows = [row for row in table_rows(converter, settings) if row[1].targets]
+    _check_shapes(made, state, where)
     size = 0
 
     def fill(folder: pathlib.Path) -> None:
         nonlocal size
         size = _write_safetensors(folder / "model.safetensors", rows, state)
         (folder / CONFIG).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-        for name in _COPIED:
-            side = where.parent / name
-            if side.is_file():
-                shutil.copyfile(side, folder / name)
+        for side in sides:
+            _copy(side, folder / side.name)
 
     write_directory(path, fill)
     return HfExport(path, architecture, len(rows), adapters, size)
@@ -234,11 +239,68 @@ def _scale(layer: Any) -> float:
     return 1.0
 
 
-def _check_shapes(
-    converter: Any, settings: Mapping[str, Any], state: Mapping[str, Any], where: pathlib.Path
-) -> None:
+def _converted(
+    converter: Any, architecture: str, settings: Mapping[str, Any], where: pathlib.Path
+) -> tuple[dict[str, Any], list[tuple[str, Rule, int | None]]]:
+    """The nnx config ``config.json`` describes, and the converter's table rows to write.
+
+    Raises:
+        PretrainedError: the converter refuses a value of config.json (named, with the value).
+    """
+    try:
+        made = converter.config(settings)
+        rows = [row for row in table_rows(converter, settings) if row[1].targets]
+    except (ValueError, KeyError, TypeError) as error:
+        text = str(error.args[0]) if error.args else type(error).__name__
+        raise PretrainedError(
+            where, f"{text} (converter {architecture}); fix config.json", action="export"
+        ) from None
+    if not isinstance(made, Mapping) or not isinstance(made.get("model"), Mapping):
+        raise PretrainedError(
+            where,
+            f"the converter {architecture} returned {type(made).__name__}, not a config with a "
+            "'model' section: fix the converter",
+            action="export",
+        )
+    return dict(made), rows
+
+
+def _side_files(folder: pathlib.Path) -> list[pathlib.Path]:
+    """The generation config and tokenizer files beside config.json to copy; the JSON ones
+    checked to be JSON objects (transformers refuses to load a directory with a broken one).
+
+    Raises:
+        PretrainedError: one cannot be read, or is not a JSON object.
+    """
+    found = []
+    for name in _COPIED:
+        side = folder / name
+        if not side.is_file():
+            continue
+        if name in (GENERATION, "tokenizer_config.json"):
+            try:
+                read_json(side, name)
+            except PretrainedError as error:
+                raise PretrainedError(
+                    error.where, error.problem + "; fix or remove it", action="export"
+                ) from None
+        found.append(side)
+    return found
+
+
+def _copy(source: pathlib.Path, target: pathlib.Path) -> None:
+    """Copy a side file; a failure to read it is said as that file's, not as the output's."""
+    try:
+        reading = open_regular(source)
+    except (OSError, ValueError) as error:
+        problem = os_problem(error) if isinstance(error, OSError) else str(error)
+        raise PretrainedError(source, f"cannot be read: {problem}", action="export") from None
+    with reading, open(target, "wb") as writing:
+        shutil.copyfileobj(reading, writing)
+
+
+def _check_shapes(made: Mapping[str, Any], state: Mapping[str, Any], where: pathlib.Path) -> None:
     """Refuse a model whose parameters differ from those config.json describes."""
-    made = converter.config(settings)
     abstract = nnx.eval_shape(lambda: build({"model": made["model"]}))
     wanted = {
         path_text(p): tuple(v.value.shape)
@@ -291,6 +353,7 @@ def _write_safetensors(
     with open(path, "wb") as handle:
         handle.write(struct.pack("<Q", len(header)) + header)
         for name, array in _tensors(rows, state):
+            check()  # (a stop whose own raise was lost ends the write here)
             info = described[name]
             if list(array.shape) != info["shape"]:
                 raise ExportError(f"{name}: made of shape {array.shape}, expected {info['shape']}")

@@ -42,6 +42,7 @@ import numpy as np
 
 import nnx_core as nnx
 
+from .._stopping import check
 from ..config._load import load_config
 from ..training._config import load_train_config
 from ._exporting import ExportError, new_output, trained_model, write_file
@@ -121,10 +122,13 @@ def export_jax(
     wanted = _input(described, input_shape, input_dtype)
     model, _ = trained_model(loaded, checkpoint)
     _check_size(model)
+    check()  # (a stop whose own raise was lost: before the trace, the longest step)
     exported = _export(model, wanted)
+    check()
     try:
         data = exported.serialize()
     except Exception as error:  # noqa: BLE001 - jax's serializer: say what failed, not a trace
+        check()  # (a stop that the serializer caught as an error: said as the stop)
         raise ExportError(f"the traced model cannot be serialized: {_first_line(error)}") from None
     write_file(path, bytes(data))
     return JaxExport(path, _spell(exported.in_avals[0]), _spell(exported.out_avals[0]), len(data))
@@ -238,10 +242,12 @@ def _export(model: Any, wanted: _Input) -> Any:
     try:
         return _trace(forward, wanted.axes, wanted.dtype, limit)
     except Exception as error:  # noqa: BLE001 - a layer's failure: reported below, located
+        check()  # (a stop that jax caught as an error: said as the stop, not retraced)
         failure = error
     try:
         _trace(forward, wanted.sample, wanted.dtype, limit)
     except Exception as error:  # noqa: BLE001 - the model cannot run on this input at all
+        check()
         spelled = f"{wanted.dtype}[{_spell_axes(wanted.sample)}]"
         raise ExportError(
             f"the model cannot run on {spelled} (the input of {wanted.origin}): "
@@ -268,6 +274,7 @@ def _traces_with_only(forward: Any, wanted: _Input, axis: int, limit: int | None
     try:
         _trace(forward, axes, wanted.dtype, limit)
     except Exception:  # noqa: BLE001 - only whether it traces matters here
+        check()
         return False
     return True
 

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pathlib
 import shutil
@@ -26,6 +27,7 @@ from typing import Any
 
 from .._errors import NnxError
 from .._files import usual_mode
+from .._stopping import check, published, shielded
 from .._text import os_problem
 from ..training._loop import trained_model as trained_model_of
 from ..training.checkpoints._manifest import read_manifest
@@ -120,30 +122,44 @@ def write_directory(out: pathlib.Path, fill: Callable[[pathlib.Path], None]) -> 
 
 def _publish(out: pathlib.Path, fill: Callable[[pathlib.Path], None], *, directory: bool) -> Any:
     parent = out.absolute().parent
+    temporary = None
     try:
-        if directory:
-            temporary = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
-        else:
-            handle, name = tempfile.mkstemp(prefix=f".{out.name}.", dir=parent)
-            os.close(handle)
-            temporary = pathlib.Path(name)
-        usual_mode(temporary)  # (0700 / 0600: the export is read as the umask allows)
-    except OSError as error:
-        raise ExportError(f"cannot write into {parent}: {os_problem(error)}.") from None
-    try:
+        with shielded():  # (a stop waits until the temporary is made and known: then removed)
+            try:
+                if directory:
+                    temporary = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+                else:
+                    handle, name = tempfile.mkstemp(prefix=f".{out.name}.", dir=parent)
+                    os.close(handle)
+                    temporary = pathlib.Path(name)
+                usual_mode(temporary)  # (0700 / 0600: the export is read as the umask allows)
+            except OSError as error:
+                raise ExportError(f"cannot write into {parent}: {os_problem(error)}.") from None
         fill(temporary)
-        if directory:
-            _rename_new(temporary, out)
-        else:
-            os.link(temporary, out)  # (fails if out appeared meanwhile: never replaced)
+        check()  # (a stop whose own raise was lost: nothing is put in place)
+        with shielded():  # (put in place and recorded together)
+            if directory:
+                _rename_new(temporary, out)
+                temporary = None
+            else:
+                os.link(temporary, out)  # (fails if out appeared meanwhile: never replaced)
+            published(out)
+    except FileExistsError:
+        raise ExportError(
+            f"the output {out} was written by another process while this export ran (it did "
+            f"not exist when the export started): an export never replaces anything. Nothing "
+            f"of this export was written; choose another --out."
+        ) from None
     except OSError as error:
         raise ExportError(
             f"cannot write {out}: {os_problem(error)}. Nothing was written; free space or fix "
             f"permissions, or choose another --out."
         ) from None
     finally:
-        with contextlib.suppress(OSError):
-            if temporary.is_dir():
+        with shielded(), contextlib.suppress(OSError):
+            if temporary is None:
+                pass
+            elif temporary.is_dir():
                 shutil.rmtree(temporary)
             else:
                 temporary.unlink()
@@ -152,7 +168,12 @@ def _publish(out: pathlib.Path, fill: Callable[[pathlib.Path], None], *, directo
 
 def _rename_new(temporary: pathlib.Path, out: pathlib.Path) -> None:
     """Rename ``temporary`` to ``out``, refusing when ``out`` appeared meanwhile (a rename
-    replaces an empty folder silently)."""
+    replaces an empty folder silently; one that is not empty makes it fail)."""
     if os.path.lexists(out):
-        raise FileExistsError(17, "File exists", str(out))
-    os.rename(temporary, out)
+        raise FileExistsError(errno.EEXIST, "File exists", str(out))
+    try:
+        os.rename(temporary, out)
+    except OSError as error:
+        if error.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+            raise FileExistsError(errno.EEXIST, "File exists", str(out)) from None
+        raise

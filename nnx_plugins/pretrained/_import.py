@@ -23,8 +23,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import inspect
+import json
 import os
 import pathlib
 import shutil
@@ -37,8 +40,9 @@ import yaml
 
 import nnx_core
 
-from .._files import usual_mode
-from .._text import os_problem
+from .._files import open_regular, usual_mode
+from .._stopping import check, published, shielded
+from .._text import content_kind, os_problem
 from ..config._build import build
 from ..registry._errors import PluginError
 from ..registry._registry import Registry, default_registry
@@ -47,7 +51,7 @@ from ..training.data._base import DataError
 from ..training.data._tokenizers import HFTokenizer, TokenizerError
 from ._convert import Converter, plan
 from ._errors import PretrainedError
-from ._source import CONFIG, Source
+from ._source import CONFIG, GENERATION, Source
 from ._write import Parameter, write_checkpoint
 
 __all__ = ["import_hf", "Imported", "find_converter", "DTYPES", "DEFAULT_TEXT", "MASKED_MODELS"]
@@ -169,23 +173,64 @@ def _with_param_dtype(node: Any, dtype: str, registry: Registry) -> Any:
     return node
 
 
-def _tokenizer_section(source: Source) -> dict[str, Any] | None:
-    """The ``tokenizer:`` section of the source's tokenizer.json (checked: it must load)."""
+def _tokenizer_section(source: Source, model: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``tokenizer:`` section of the source's tokenizer.json (checked: it must load), with
+    the EOS and padding ids of generation_config.json (else config.json), checked."""
     if source.tokenizer is None:
         return None
     try:
-        HFTokenizer(str(source.tokenizer)).vocab_size  # noqa: B018 - reads and parses it
+        vocab = HFTokenizer(str(source.tokenizer)).vocab_size
     except TokenizerError as error:
-        raise PretrainedError(source.tokenizer, error.message) from None
+        problem = error.message.removeprefix(f"{source.tokenizer}: ")
+        raise PretrainedError(source.tokenizer, problem) from None
     section: dict[str, Any] = {"type": "hf", "path": "tokenizer.json"}
-    eos = source.generation.get("eos_token_id", source.config.get("eos_token_id"))
-    eos = [eos] if isinstance(eos, int) else eos
-    if isinstance(eos, list) and all(isinstance(i, int) for i in eos):
+    eos = _token_ids(source, "eos_token_id", model, vocab)
+    if eos is not None:
         section["eos_token_ids"] = eos
-    pad = source.generation.get("pad_token_id", source.config.get("pad_token_id"))
-    if isinstance(pad, int):
-        section["pad_token_id"] = pad
+    pad = _token_ids(source, "pad_token_id", model, vocab)
+    if pad is not None:
+        section["pad_token_id"] = pad[0]
     return section
+
+
+def _token_ids(source: Source, key: str, model: Mapping[str, Any], vocab: int) -> list[int] | None:
+    """``key`` (``eos_token_id``: an id or a list of ids; ``pad_token_id``: an id) of
+    generation_config.json, else of config.json; None when unset (a negative padding id is
+    transformers' old way of saying unset).
+
+    Raises:
+        PretrainedError: not an id (or a list of ids), or an id outside the tokenizer's or the
+            model's vocabulary (the file, the field, the value and both sizes named).
+    """
+    if key in source.generation:
+        value, where = source.generation[key], source.directory / GENERATION
+    else:
+        value, where = source.config.get(key), source.directory / CONFIG
+    if value is None:
+        return None
+    many = key == "eos_token_id"
+    ids = value if many and isinstance(value, list) else [value]
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        shown = json.dumps(value)
+        shown = shown if len(shown) <= 60 else content_kind(value)
+        wanted = "a token id (a whole number >= 0)" + (" or a list of them" if many else "")
+        raise PretrainedError(
+            where, f"'{key}' must be {wanted}, got {shown}. Fix it or remove the field"
+        )
+    if not many and ids[0] < 0:
+        return None
+    rows = (model.get("embed") or {}).get("num_embeddings")
+    sizes = {"the tokenizer's": vocab, "the model's": rows}
+    for token in ids:
+        for whose, size in sizes.items():
+            if isinstance(size, int) and not 0 <= token < size:
+                raise PretrainedError(
+                    where,
+                    f"'{key}' holds {token}, outside {whose} vocabulary of {size:,} token ids "
+                    f"(0 to {size - 1}): the file and tokenizer.json do not belong together. "
+                    "Fix the id",
+                )
+    return list(ids)
 
 
 def _full_config(config: dict[str, Any], source: Source) -> dict[str, Any]:
@@ -194,7 +239,7 @@ def _full_config(config: dict[str, Any], source: Source) -> dict[str, Any]:
     for key, value in config.items():
         if key != "model":
             out[key] = value
-    tokenizer = _tokenizer_section(source)
+    tokenizer = _tokenizer_section(source, out["model"])
     if tokenizer is not None:
         out["tokenizer"] = tokenizer
     if out.get("task", {}).get("type") == "language_model" and "data" not in out:
@@ -246,16 +291,33 @@ def _mask_token_id(source: Source, model: Mapping[str, Any]) -> int | None:
     return int(found)
 
 
-def _check_destination(destination: pathlib.Path) -> None:
+def _check_destination(destination: pathlib.Path, *, meanwhile: bool = False) -> None:
+    """Refuse a ``destination`` that is not a new or empty folder (``meanwhile``: it was when
+    the import started, and another process wrote it since)."""
     if destination.is_symlink() or (destination.exists() and not destination.is_dir()):
         raise PretrainedError(
             destination, "--out names an existing file; give a new or empty directory"
         )
     if destination.is_dir() and any(destination.iterdir()):
+        if meanwhile:
+            raise PretrainedError(
+                destination,
+                "--out was written by another process while this import ran (it was empty "
+                "or absent when the import started); nothing of this import was written, "
+                "and what is there was left as it is. Give another --out",
+            )
         raise PretrainedError(
             destination,
             "--out is a directory that is not empty; nothing was written. Give a new or empty "
             "directory (the import never overwrites)",
+        )
+    folder = destination.absolute().parent
+    while not os.path.lexists(folder) and folder.parent != folder:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise PretrainedError(
+            destination,
+            f"--out cannot be made: {folder} is a file, not a folder. Give a path in a folder",
         )
 
 
@@ -288,6 +350,12 @@ def import_hf(
         PluginError: a pack's converter fails to load.
     """
     registry = registry or default_registry()
+    for text, name, wanted in (
+        (os.fspath(source), "SRC", "the directory transformers' save_pretrained wrote"),
+        (os.fspath(destination), "--out", "a new or empty directory to write into"),
+    ):
+        if not text.strip():
+            raise PretrainedError(repr(text), f"{name} is empty: give {wanted}")
     destination = pathlib.Path(destination)
     if dtype is not None and dtype not in DTYPES:
         raise PretrainedError(
@@ -345,9 +413,18 @@ def _abstract_model(config: dict[str, Any], name: str, source: Source) -> Any:
     except (PluginError, DataError, ValueError) as error:
         raise PretrainedError(
             where,
-            f"the converter {name} does not handle this config.json: the config it made is "
-            f"invalid ({str(error).rstrip('.')})",
+            f"the model it describes cannot be built: the config the converter {name} made "
+            f"from it is invalid ({_one_line(error)}). Fix the config.json values behind it, "
+            "or the converter if config.json is right",
         ) from None
+
+
+def _one_line(error: BaseException) -> str:
+    """A config error's lines as one (an import's error is one line), without the ``<dict>``
+    that names a config given as a mapping."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = " ".join(lines).replace("<dict>: ", "").replace(" in <dict>", "")
+    return text.rstrip(".")
 
 
 def _write(
@@ -357,11 +434,25 @@ def _write(
     run: dict[str, Any],
     source: Source,
 ) -> int:
-    parent = destination.parent
+    """Write everything into a temporary folder beside ``destination``, renamed into place
+    when complete. Stopped (Ctrl-C, SIGTERM: `nnx_plugins._stopping`) or failed, the temporary folder and the
+    folders made for it are removed: nothing outside ``destination`` is left changed."""
+    parent = destination.absolute().parent
+    made = _missing_folders(parent)
     temporary = None
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        temporary = pathlib.Path(tempfile.mkdtemp(prefix=f".{destination.name}.tmp-", dir=parent))
+        with shielded():  # (a stop waits until the folder is made and known: then removed)
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+                temporary = pathlib.Path(
+                    tempfile.mkdtemp(prefix=f".{destination.name}.tmp-", dir=parent)
+                )
+            except OSError as error:
+                raise PretrainedError(
+                    destination,
+                    f"--out cannot be made in {parent}: {os_problem(error)}; nothing was written. "
+                    "Choose an --out in a folder you can write to",
+                ) from None
         usual_mode(temporary)  # (mkdtemp's 0700: DST is read as the umask allows)
         (temporary / "checkpoint").mkdir()
         written = write_checkpoint(
@@ -369,21 +460,64 @@ def _write(
         )
         _write_config(temporary / "config.yaml", config, source)
         for name in _SIDE_FILES:
-            if (source.directory / name).is_file():
-                shutil.copyfile(source.directory / name, temporary / name)
-        _check_destination(destination)  # (again: something may have appeared meanwhile)
-        if destination.is_dir():
-            destination.rmdir()
-        os.replace(temporary, destination)
-        temporary = None
+            _copy_side_file(source.directory / name, temporary / name)
+        check()  # (a stop whose own raise was lost: nothing is put in place)
+        with shielded():  # (put in place and recorded together)
+            _rename_into(temporary, destination)
+            temporary, made = None, []
+            published(destination)
         return written
     except OSError as error:
         raise PretrainedError(
             destination, f"writing it failed: {os_problem(error)}; nothing was left behind"
         ) from None
     finally:
-        if temporary is not None:
-            shutil.rmtree(temporary, ignore_errors=True)
+        with shielded():
+            if temporary is not None:
+                shutil.rmtree(temporary, ignore_errors=True)
+            for folder in reversed(made):  # (the innermost first; only if still empty)
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+
+
+def _missing_folders(folder: pathlib.Path) -> list[pathlib.Path]:
+    """``folder`` and the folders above it that do not exist yet, outermost first (made for
+    the destination, removed again if the import does not complete)."""
+    missing = []
+    while not os.path.lexists(folder) and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    return missing[::-1]
+
+
+def _copy_side_file(source: pathlib.Path, target: pathlib.Path) -> None:
+    """Copy ``source`` (a tokenizer or config file of SRC) when it is a regular file; a
+    failure to read it is said as SRC's, not as DST's."""
+    if not source.is_file():
+        return
+    try:
+        reading = open_regular(source)
+    except (OSError, ValueError) as error:
+        problem = os_problem(error) if isinstance(error, OSError) else str(error)
+        raise PretrainedError(
+            source, f"cannot be read: {problem}; nothing was written to the --out folder"
+        ) from None
+    with reading, open(target, "wb") as writing:
+        shutil.copyfileobj(reading, writing)
+
+
+def _rename_into(temporary: pathlib.Path, destination: pathlib.Path) -> None:
+    """Rename ``temporary`` to ``destination`` (new, or an empty folder, which the rename
+    replaces); refused when another process filled ``destination`` meanwhile."""
+    try:
+        os.rename(temporary, destination)
+        return
+    except OSError as error:
+        if error.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+            raise
+    _check_destination(destination, meanwhile=True)
+    destination.rmdir()  # (empty: a system whose rename does not replace an empty folder)
+    os.rename(temporary, destination)
 
 
 def _usage(config: Mapping[str, Any]) -> str:

@@ -4,8 +4,9 @@ A directory as ``save_pretrained`` writes it: ``config.json`` (the architecture 
 sizes), ``model.safetensors`` or shards listed by ``model.safetensors.index.json``, and when
 present ``generation_config.json``, ``tokenizer.json`` and ``tokenizer_config.json``. Every JSON
 file is read bounded in size and depth and must be an object; every file the index names must be
-a plain file name inside the directory; every tensor must be in exactly one file. Each problem
-is a `PretrainedError` naming the file.
+a plain file name inside the directory; every tensor must be in exactly one file; the special
+tokens of ``tokenizer_config.json`` must be token texts. Each problem is a `PretrainedError`
+naming the file.
 
 Example:
     >>> from nnx_plugins.pretrained._source import Source
@@ -21,12 +22,13 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import stat
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from .._files import read_regular
+from .._files import file_kind, read_regular
 from .._text import content_kind, os_problem
 from ._errors import PretrainedError
 from ._safetensors import SafetensorsFile
@@ -43,6 +45,9 @@ SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 GENERATION = "generation_config.json"
 TOKENIZER = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+SPECIAL_TOKENS = ("bos_token", "eos_token", "pad_token", "mask_token")
+"""The special tokens of ``tokenizer_config.json`` that nnx reads (`HFTokenizer`)."""
 
 
 def _depth(value: Any) -> int:
@@ -63,11 +68,13 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def read_json(path: pathlib.Path, what: str) -> dict[str, Any]:
-    """The JSON object in ``path``, read bounded (`MAX_JSON_BYTES`, `MAX_JSON_DEPTH`).
+def read_json(path: pathlib.Path, what: str, *, unique: bool = False) -> dict[str, Any]:
+    """The JSON object in ``path``, read bounded (`MAX_JSON_BYTES`, `MAX_JSON_DEPTH`);
+    ``unique``: a key given twice in an object is refused (JSON keeps the last silently).
 
     Raises:
-        PretrainedError: unreadable, too large, not JSON, too deep, or not an object.
+        PretrainedError: unreadable, too large, not JSON, too deep, or not an object; a key
+            given twice (``unique``).
     """
     try:
         size = path.stat().st_size
@@ -87,20 +94,42 @@ def read_json(path: pathlib.Path, what: str) -> dict[str, Any]:
     except ValueError as error:  # (a device, a FIFO, a folder; or grown past the limit)
         raise PretrainedError(path, f"{what} cannot be read: {error}") from None
     try:
-        value = json.loads(raw.decode("utf-8"))
+        value = json.loads(raw.decode("utf-8"), object_pairs_hook=_once if unique else None)
+    except _Twice as twice:
+        raise PretrainedError(
+            path,
+            f"{what} gives the key {twice.key!r} twice in one object (JSON would keep the last "
+            f"silently: {twice.first} then {twice.second}); give each once",
+        ) from None
     except RecursionError:
         raise PretrainedError(path, f"{what} is nested too deeply to be a config") from None
     except (UnicodeDecodeError, ValueError) as error:
         raise PretrainedError(path, f"{what} is not valid JSON: {str(error)[:120]}") from None
     if not isinstance(value, dict):
         raise PretrainedError(
-            path, f"{what} must hold a JSON object ({{...}}), got a {type(value).__name__}"
+            path, f"{what} must hold a JSON object ({{...}}), got {content_kind(value)}"
         )
     if _depth(value) > MAX_JSON_DEPTH:
         raise PretrainedError(
             path, f"{what} nests more than {MAX_JSON_DEPTH} levels deep; it is not a config"
         )
     return value
+
+
+class _Twice(ValueError):
+    def __init__(self, key: str, first: Any, second: Any):
+        self.key, self.first, self.second = key, _shown(first), _shown(second)
+        super().__init__(key)
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict, refusing a key given twice (`_Twice`)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Twice(key, out[key], value)
+        out[key] = value
+    return out
 
 
 def _confined(directory: pathlib.Path, name: Any, index: pathlib.Path) -> pathlib.Path:
@@ -124,6 +153,57 @@ def _confined(directory: pathlib.Path, name: Any, index: pathlib.Path) -> pathli
     return path
 
 
+def _is_file(path: pathlib.Path) -> bool:
+    """Whether ``path`` is a regular file (following symlinks); one that cannot be looked at
+    (a folder without permission to enter it) is an error naming it, not a missing file."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as error:
+        raise PretrainedError(path, f"cannot be read: {os_problem(error)}") from None
+
+
+def _directory_problem(directory: pathlib.Path) -> str | None:
+    """Why ``directory`` is not a model directory that can be read, or None."""
+    try:
+        mode = os.stat(directory).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "no such directory"
+    except OSError as error:
+        return f"cannot be read: {os_problem(error)}"
+    if stat.S_ISREG(mode):
+        hint = ""
+        if directory.name == CONFIG or directory.suffix in (".safetensors", ".json"):
+            hint = f" ({directory.parent}, the folder this file is in)"
+        return (
+            f"is a file, not a directory: give the directory transformers' save_pretrained "
+            f"wrote{hint}, which holds {CONFIG} and the weights"
+        )
+    if not stat.S_ISDIR(mode):
+        return f"is {file_kind(mode)}, not a directory"
+    return None
+
+
+def _special_tokens(config: Mapping[str, Any], path: pathlib.Path) -> None:
+    """Refuse a special token of ``tokenizer_config.json`` that is not a token's text."""
+    for key in SPECIAL_TOKENS:
+        value = config.get(key)
+        text = value.get("content") if isinstance(value, Mapping) else value
+        if text is not None and not isinstance(text, str):
+            raise PretrainedError(
+                path,
+                f"'{key}' must be the text of a token (e.g. \"</s>\"), an object with its "
+                f'"content", or null; got {_shown(value)}. Fix or remove it',
+            )
+
+
+def _shown(value: Any) -> str:
+    """A config value as said in an error: short values as they are, long ones by kind."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else content_kind(value)
+
+
 def _absent(path: pathlib.Path) -> str:
     """What stands at ``path`` instead of a regular file."""
     if not os.path.lexists(path):
@@ -145,6 +225,8 @@ class Source:
         architecture: the first of ``config["architectures"]``.
         generation: ``generation_config.json`` (empty when absent).
         tokenizer: the path of ``tokenizer.json``, or None.
+        tokenizer_config: ``tokenizer_config.json`` (empty when absent); its special tokens
+            (`SPECIAL_TOKENS`) checked to be token texts.
         files: the safetensors files.
 
     Raises:
@@ -154,10 +236,11 @@ class Source:
 
     def __init__(self, directory: str | os.PathLike[str]):
         self.directory = pathlib.Path(directory)
-        if not self.directory.is_dir():
-            raise PretrainedError(self.directory, "no such directory")
+        problem = _directory_problem(self.directory)
+        if problem is not None:
+            raise PretrainedError(self.directory, problem)
         config_path = self.directory / CONFIG
-        if not config_path.is_file():
+        if not _is_file(config_path):
             raise PretrainedError(
                 self.directory,
                 f"it has no {CONFIG}: give the directory transformers' save_pretrained writes "
@@ -166,9 +249,12 @@ class Source:
         self.config = read_json(config_path, CONFIG)
         self.architecture = self._architecture(config_path)
         generation = self.directory / GENERATION
-        self.generation = read_json(generation, GENERATION) if generation.is_file() else {}
+        self.generation = read_json(generation, GENERATION) if _is_file(generation) else {}
         tokenizer = self.directory / TOKENIZER
-        self.tokenizer = tokenizer if tokenizer.is_file() else None
+        self.tokenizer = tokenizer if _is_file(tokenizer) else None
+        side = self.directory / TOKENIZER_CONFIG
+        self.tokenizer_config = read_json(side, TOKENIZER_CONFIG) if _is_file(side) else {}
+        _special_tokens(self.tokenizer_config, side)
         self.files = self._files()
         self._where: dict[str, SafetensorsFile] = {}
         self._open()
@@ -189,8 +275,8 @@ class Source:
 
     def _files(self) -> list[pathlib.Path]:
         index = self.directory / INDEX
-        if index.is_file():
-            weight_map = read_json(index, INDEX).get("weight_map")
+        if _is_file(index):
+            weight_map = read_json(index, INDEX, unique=True).get("weight_map")
             if not isinstance(weight_map, dict) or not weight_map:
                 raise PretrainedError(
                     index, "'weight_map' must be an object of tensor name -> file name"
@@ -201,12 +287,12 @@ class Source:
             }
             files = sorted(set(self._index.values()))
             for path in files:
-                if not path.is_file():
+                if not _is_file(path):
                     raise PretrainedError(index, f"names {path.name}, which is {_absent(path)}")
             return files
         self._index = {}
         single = self.directory / SINGLE
-        if single.is_file():
+        if _is_file(single):
             return [single]
         if os.path.lexists(single):
             raise PretrainedError(single, f"is {_absent(single)}: give the weights as a file")
@@ -224,14 +310,15 @@ class Source:
         for path in self.files:
             tensors = SafetensorsFile(path)
             for name in tensors.names():
+                if self._index.get(name, path) != path:
+                    continue  # (the index places it elsewhere: that file is read for it)
                 if name in self._where:
                     raise PretrainedError(
                         path,
                         f"holds the tensor {name!r}, which {self._where[name].path} holds "
-                        "too; each tensor must be in one file",
+                        "too; each tensor must be in one file"
+                        + (f" (or placed in one by {INDEX})" if self._index else ""),
                     )
-                if self._index and self._index.get(name) not in (None, path):
-                    continue  # (the index places it elsewhere: that file is read for it)
                 self._where[name] = tensors
         for name, path in self._index.items():
             if name not in self._where:

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .._stopping import check
 from ..training.checkpoints._entries import _entry, entry_key, header
 from ..training.checkpoints._save import (
     FORMAT_VERSION,
@@ -184,6 +185,7 @@ def write_checkpoint(
         out = _Hashing(handle)
         out.write(safetensors_header(names))
         for array in _ahead(_arrays(parameters)):
+            check()  # (a stop whose own raise was lost ends the write here)
             out.write(array)
     manifest = {
         **header(None, config, None, FORMAT_VERSION, has_optimizer=False, run=run),

@@ -45,6 +45,7 @@ import numpy as np
 
 import nnx_core as nnx
 
+from .._stopping import check as check_stop
 from .._text import os_problem
 from ..config._build import build
 from ._assembly import assemble
@@ -67,7 +68,6 @@ from ._run_state import check_bad_step, keep_best, save_checkpoint
 from ._run_state import resume as resume_run
 from ._safe_io import write_whole
 from ._seed import seed_key
-from ._stopping import raise_requested
 from .checkpoints._load import load
 from .checkpoints._manifest import read_manifest
 from .checkpoints._save import CheckpointError, latest_checkpoint
@@ -402,7 +402,7 @@ def _loop(
     window, bad = _Window(), first_bad_step(plan.mesh)
     run.model.train()
     for step in range(span[0] + 1, span[1] + 1):
-        raise_requested()  # (a SIGTERM or Ctrl-C whose own raise was lost: see _stopping)
+        check_stop()  # (a SIGTERM or Ctrl-C whose own raise was lost: see nnx_plugins._stopping)
         fed = time.perf_counter()
         batch = place(plan.parts.train_batch(step - 1, plan.rows, section.seed))
         window.feeding += time.perf_counter() - fed

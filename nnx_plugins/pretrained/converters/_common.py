@@ -81,7 +81,9 @@ def _rope_fields(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     """The RoPE settings (transformers 5's ``rope_parameters``, or the older ``rope_theta`` +
     ``rope_scaling``), and the field they came from."""
     parameters = config.get("rope_parameters")
-    if isinstance(parameters, Mapping) and parameters:
+    if parameters is not None and not isinstance(parameters, Mapping):
+        raise Unsupported(f"'rope_parameters' must be an object or null, got {parameters!r}")
+    if parameters:
         if all(isinstance(v, Mapping) for v in parameters.values()):
             raise Unsupported(
                 "'rope_parameters' gives one RoPE per layer type, which this converter does "

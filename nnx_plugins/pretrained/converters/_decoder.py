@@ -57,7 +57,7 @@ def _model(config: Mapping[str, Any], family: str) -> dict[str, Any]:
     width = size(config, "hidden_size")
     heads = size(config, "num_attention_heads")
     kv_heads = size(config, "num_key_value_heads", heads)
-    head_dim = config.get("head_dim") or width // heads
+    head_dim = width // heads if config.get("head_dim") is None else size(config, "head_dim")
     epsilon = number(config, "rms_norm_eps", 1e-6)
     vocab = size(config, "vocab_size")
     qkv_bias, out_bias = _biases(config, family)
@@ -106,7 +106,9 @@ def _model(config: Mapping[str, Any], family: str) -> dict[str, Any]:
         "head": None
         if tied
         else {"type": "Linear", "in_features": width, "out_features": vocab, "use_bias": False},
-        "max_length": config.get("max_position_embeddings"),
+        "max_length": None
+        if config.get("max_position_embeddings") is None
+        else size(config, "max_position_embeddings"),
     }
 
 

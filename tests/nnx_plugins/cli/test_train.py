@@ -129,16 +129,16 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_keeping_its_checkpoints(tmp_path):
 
 
 def test_sigterm_is_left_alone_when_it_is_ignored_or_handled():
-    from nnx_plugins.cli._train import _stop_on_sigterm
+    from nnx_plugins._stopping import stop_on_signals
 
     for handler in (signal.SIG_IGN, print):
         previous = signal.signal(signal.SIGTERM, handler)
         try:
-            with _stop_on_sigterm():
+            with stop_on_signals():
                 assert signal.getsignal(signal.SIGTERM) is handler
         finally:
             signal.signal(signal.SIGTERM, previous)
-    with _stop_on_sigterm():
+    with stop_on_signals():
         assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
@@ -174,7 +174,7 @@ def test_a_stop_whose_raise_is_lost_still_stops_the_run(nnx_registry, tmp_path, 
     import gc
 
     from nnx_plugins import Callback, register_callback, train
-    from nnx_plugins.cli._train import Terminated, _stop_on_sigterm
+    from nnx_plugins._stopping import Terminated, stop_on_signals
 
     def send_once(phase, info):
         gc.callbacks.remove(send_once)
@@ -198,7 +198,7 @@ def test_a_stop_whose_raise_is_lost_still_stops_the_run(nnx_registry, tmp_path, 
     # (Python's own Ctrl-C handler, as a command has it: a pytest-xdist worker ignores SIGINT)
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with pytest.raises(stop), _stop_on_sigterm():
+        with pytest.raises(stop), stop_on_signals():
             train(config, run_dir=tmp_path / "run", progress=False)
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # (restored)
     finally:
@@ -216,11 +216,26 @@ def test_the_command_ends_a_stopped_process_at_once(monkeypatch, status, ends_at
     process after the stop message (a segmentation fault in 3 of 4 stops): `run` ends it."""
     from nnx_plugins.cli import _main
 
-    ended = []
+    ended, ignored = [], []
     monkeypatch.setattr(_main, "main", lambda: status)
     monkeypatch.setattr(_main.os, "_exit", lambda code: ended.append(code))
+    monkeypatch.setattr(_main.signal, "signal", lambda signum, how: ignored.append((signum, how)))
     try:
         _main.run()
     except SystemExit as exit_:
         assert exit_.code == status
     assert ended == ([status] if ends_at_once else [])
+    # (once the command is done a stop is ignored: it would only break the teardown)
+    assert ignored == [(signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, signal.SIG_IGN)]
+
+
+def test_a_stop_while_the_command_loads_is_one_line(monkeypatch, capsys):
+    from nnx_plugins.cli import _main
+
+    def loading():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_main, "build_parser", loading)
+    assert _main.main(["train", "x.yaml"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "nnx: interrupted." and "Traceback" not in err

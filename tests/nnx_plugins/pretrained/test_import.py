@@ -163,6 +163,9 @@ def test_an_architecture_without_a_converter_lists_the_registered_ones(tmp_path,
         ("hidden_act", "gelu_fast", r"'hidden_act' is 'gelu_fast'"),
         ("use_sliding_window", True, r"'use_sliding_window' is true"),
         ("hidden_size", "32", r"'hidden_size' must be a positive whole number, got '32'"),
+        ("head_dim", 0, r"'head_dim' must be a positive whole number, got 0"),
+        ("max_position_embeddings", "64", r"'max_position_embeddings' must be a positive whole"),
+        ("rope_parameters", "x", r"'rope_parameters' must be an object or null, got 'x'"),
     ],
 )
 def test_a_config_field_the_converter_does_not_support(tmp_path, copy_of, field, value, match):

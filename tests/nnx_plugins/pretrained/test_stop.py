@@ -1,0 +1,117 @@
+"""Ctrl-C and SIGTERM inside an import or export (`nnx_plugins._stopping`): a stop lost
+in a garbage-collector callback is raised again, not printed; a shielded step finishes before
+the stop is raised; the temporary output is removed even when a second stop arrives meanwhile."""
+
+import gc
+import os
+import signal
+import time
+
+import pytest
+
+from nnx_plugins import _stopping as _stop
+from nnx_plugins import import_hf
+from nnx_plugins._stopping import Terminated, shielded, stop_on_signals
+
+from .conftest import FIXTURES
+
+
+@pytest.fixture
+def sigterm_default():
+    """SIGTERM at its default, as the command finds it (stop_on_signals takes it only then)."""
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGTERM, before)
+
+
+def lose_a_stop() -> None:
+    """Send SIGTERM from inside a garbage-collector callback: the handler's raise is lost."""
+    sent = []
+
+    def callback(phase, info):
+        if phase == "start" and not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # (the handler runs here, inside the callback)
+                pass
+
+    gc.callbacks.append(callback)
+    try:
+        gc.collect()
+    finally:
+        gc.callbacks.remove(callback)
+    assert sent
+
+
+def test_a_stop_lost_in_a_gc_callback_is_raised_again_unprinted(sigterm_default, capsys):
+    """Lost, the stop was printed as "Exception ignored in ..." with a traceback, and the
+    import or export ran on to its end and exited 0."""
+    started, lost = time.monotonic(), []
+    with pytest.raises(Terminated), stop_on_signals():
+        lose_a_stop()
+        lost.append(True)  # (the stop did not end the block: it was lost)
+        while time.monotonic() - started < 5:
+            time.sleep(0.01)
+    assert lost and time.monotonic() - started < 2
+    assert capsys.readouterr().err == ""
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # (restored)
+
+
+def test_a_lost_stop_still_pending_at_the_rename_writes_nothing(
+    sigterm_default, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(_stop, "_REDELIVER_TIMES", 0)  # (only the check before the rename)
+    lost = []
+    with pytest.raises(Terminated), stop_on_signals():
+        lose_a_stop()
+        lost.append(True)
+        import_hf(FIXTURES / "vit", tmp_path / "out")
+    assert lost and list(tmp_path.iterdir()) == []
+    assert capsys.readouterr().err == ""
+
+
+def test_a_shielded_step_ends_before_the_stop_is_raised(sigterm_default):
+    done = []
+    with pytest.raises(Terminated), stop_on_signals():
+        with shielded():
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # (the handler runs: the stop waits)
+                pass
+            done.append(True)
+        done.append(False)  # (not reached: raised as the step ended)
+    assert done == [True]
+
+
+def test_a_second_stop_while_the_temporary_folder_is_removed_does_not_leave_it(
+    sigterm_default, tmp_path, monkeypatch
+):
+    from nnx_plugins.pretrained import _import
+
+    real = _import.shutil.rmtree
+
+    def again(path, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # (a second stop, as the first is cleaned up)
+        for _ in range(1000):
+            pass
+        real(path, **kwargs)
+
+    def first(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):
+            pass
+
+    monkeypatch.setattr(_import, "write_checkpoint", first)
+    monkeypatch.setattr(_import.shutil, "rmtree", again)
+    with pytest.raises(Terminated), stop_on_signals():
+        import_hf(FIXTURES / "vit", tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_message_says_whether_the_output_was_put_in_place():
+    text, status = _stop.stop_message(Terminated(), "export", "m.jax", complete=True)
+    assert (text, status) == (
+        "nnx: stopped by SIGTERM after m.jax was written whole; it is complete.",
+        143,
+    )
+    text, status = _stop.stop_message(KeyboardInterrupt(), "export", "m.jax", complete=False)
+    assert status == 130 and text.startswith("nnx: interrupted: nothing was written (m.jax is as")
