@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from .._errors import NnxError
@@ -31,6 +34,36 @@ __all__ = ["add_commands"]
 
 
 def _generate(args: argparse.Namespace) -> int:
+    """Generate, under the commands' stop mechanism: Ctrl-C (or SIGTERM) is one line and exit
+    130 (143), nothing printed on stdout, even when the stop landed in a garbage-collector
+    callback (Python prints it as "ignored" and goes on: the text came out, exit 0)."""
+    from .._stopping import Terminated, check, pending, shielded, stop_on_signals
+
+    with stop_on_signals():
+        try:
+            with shielded():  # (a stop inside jaxlib's native start aborts the process: after)
+                from ..generation import _generate  # noqa: F401 - (imports jax)
+            status = _generated(args, check)
+        except KeyboardInterrupt as stop:
+            status = _stopped(stop, Terminated)
+        except Exception:  # (an error that followed a stop, e.g. a library's wrapping of it)
+            asked = pending()
+            if asked is None:
+                raise
+            status = _stopped(asked, Terminated)
+    return status
+
+
+def _stopped(stop: BaseException, terminated: type) -> int:
+    """Say that generation stopped (it writes no file); the exit status."""
+    if isinstance(stop, terminated):
+        report("nnx: stopped by SIGTERM.")
+        return 128 + signal.SIGTERM
+    report("nnx: interrupted.")
+    return 130
+
+
+def _generated(args: argparse.Namespace, check: Callable[[], None]) -> int:
     from ..config._load import load_config  # (here: listing stays light)
     from ..generation._generate import generate  # (here: listing stays light)
     from ..training._config import load_train_config  # (here: listing stays light)
@@ -41,7 +74,8 @@ def _generate(args: argparse.Namespace) -> int:
     try:
         config = load_train_config(load_config(given[0], overrides=given[1]))
         chosen = resolve_checkpoint(args.checkpoint, config)
-        result = generate(
+        result = _waited(
+            generate,
             config,
             checkpoint=chosen.path,
             prompt=args.prompt[0] if len(args.prompt) == 1 else args.prompt,
@@ -52,8 +86,10 @@ def _generate(args: argparse.Namespace) -> int:
             compile_cache=not args.no_compile_cache,
         )
     except NnxError as error:  # (configs, checkpoints, data, prompts: they say where)
+        check()  # (an error that followed a stop: the stop is what happened)
         report(f"nnx: error: {error}")
         return 1
+    check()  # (a stop lost in a garbage-collector callback: no text, the stop is said)
     several = not isinstance(result.prompt, str)
     pairs = zip(result.prompt, result.text) if several else [(result.prompt, result.text)]
     write_text("\n".join(prompt + text + "\n" for prompt, text in pairs))
@@ -75,6 +111,31 @@ def _generate(args: argparse.Namespace) -> int:
         f"in {result.seconds:.1f} s ({rate:.0f} tokens/s, compilation included){unfinished}"
     )
     return 0
+
+
+def _waited(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``function(*args, **kwargs)`` in a worker thread, the main thread waiting for it.
+
+    Python runs a signal's handler in the main thread, between two of its bytecodes: with the
+    decoding in the main thread, Ctrl-C waited for XLA's whole program (a model without a
+    maximum length asked for 10,000,000 tokens went on for hours, Ctrl-C or not). The main
+    thread now only waits, so a stop is raised there at once; the command then says it and
+    the process ends (`nnx_plugins.cli._main.run`), the worker with it."""
+    done: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            done["result"] = function(*args, **kwargs)
+        except BaseException as error:  # noqa: BLE001 - raised again in the main thread
+            done["error"] = error
+
+    worker = threading.Thread(target=work, name="nnx-generate", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.05)
+    if "error" in done:
+        raise done["error"]
+    return done["result"]
 
 
 def write_text(text: str) -> None:

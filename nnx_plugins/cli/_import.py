@@ -27,8 +27,8 @@ _DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _import_hf(args: argparse.Namespace) -> int:
-    from ..pretrained._errors import PretrainedError  # (here, as those below: light ones)
     from .._stopping import pending, shielded, stop_on_signals
+    from ..pretrained._errors import PretrainedError  # (here, as those below: light ones)
 
     with stop_on_signals():  # (Ctrl-C and SIGTERM: DST whole or absent, one line said)
         try:

@@ -293,8 +293,8 @@ def _check_length(model: Any, prompt: jax.Array, max_tokens: int) -> int:
         raise GenerationError(
             f"a prompt of {length} token{'s' * (length != 1)} and max_tokens={max_tokens} make "
             f"{total} tokens, past the model's maximum length of {limit[0]} (the max_length of "
-            f"its {limit[1]}). Ask for at most {limit[0] - length} new tokens, or "
-            f"shorten the prompt."
+            f"its {limit[1]}). Ask for at most {_tokens(limit[0] - length)}, or shorten the "
+            "prompt."
         )
     if total > MAX_POSITIONS:
         raise GenerationError(
@@ -303,6 +303,11 @@ def _check_length(model: Any, prompt: jax.Array, max_tokens: int) -> int:
             f"fewer tokens."
         )
     return total
+
+
+def _tokens(count: int) -> str:
+    """``1 new token``, ``5 new tokens``."""
+    return f"{count:,} new token{'s' * (count != 1)}"
 
 
 def _check_memory(model: Any, batch: int, length: int, max_tokens: int) -> None:
@@ -320,7 +325,7 @@ def _check_memory(model: Any, batch: int, length: int, max_tokens: int) -> None:
         f"decoding {max_tokens:,} tokens after a prompt of {length:,} needs at least "
         f"{human_bytes(need)} ({need:,} bytes: the model's weights and the caches of its "
         f"{total:,} positions), more than the {human_bytes(available)} of {what}. Ask for at "
-        f"most {fit:,} new tokens."
+        f"most {_tokens(fit)}."
     )
 
 

@@ -262,7 +262,8 @@ def generate(
         GenerationError: the checkpoint records no text vocabulary (and the config names no
             tokenizer) or one that differs from the config's data; a prompt is empty, is not
             text (a byte that is not UTF-8, a lone surrogate) or holds a character outside the
-            vocabulary; no prompts, or more than `MAX_PROMPTS`; ``max_tokens`` is past the
+            vocabulary; an EOS id of the tokenizer that is no token of the model (a pad id too,
+            for several prompts); no prompts, or more than `MAX_PROMPTS`; ``max_tokens`` is past the
             model's maximum length, or needs caches larger than the memory available; a bad
             argument (e.g. a seed past 2**63-1).
     """
@@ -280,6 +281,7 @@ def generate(
             "(CausalLM, e.g. an imported GPT-2 or Llama); evaluate a masked LM with nnx eval."
         )
     _check_token_ids(model, rows, text.pad_token_id)
+    eos, pad = _special_ids(config, model, text, len(rows))
     if max_tokens is None:
         limit = model_max_length(model)
         longest = max(len(row) for row in rows)
@@ -288,10 +290,8 @@ def generate(
         )
     started = time.perf_counter()
     options = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
-    tokens = _continued(model, rows, text.pad_token_id, options)
-    tokens, lengths = after_eos(
-        tokens, eos_token_ids=text.eos_token_ids, pad_token_id=text.pad_token_id
-    )
+    tokens = _continued(model, rows, pad, options)
+    tokens, lengths = after_eos(tokens, eos_token_ids=eos, pad_token_id=pad)
     new = [tokens[i, :length] for i, length in enumerate(lengths)]
     decoded = [text.decode(row) for row in new]
     seconds = time.perf_counter() - started
@@ -356,6 +356,26 @@ def _check_token_ids(model: Any, rows: list[np.ndarray], pad: int) -> None:
             f"{count - 1:,}), and the {len(rows)} prompts are padded with it: set "
             "tokenizer.pad_token_id to a token id below that."
         )
+
+
+def _special_ids(config: Any, model: Any, text: _Text, count: int) -> tuple[tuple[int, ...], int]:
+    """The EOS ids and the pad id decoding uses: an EOS the model has no token for is refused
+    (no row would ever end at it; past int32 it was a traceback); the pad id of a single
+    prompt pads nothing, and is replaced by 0 when it is no token (past int32: a traceback)."""
+    tables = [m.num_embeddings for _, m in model.iter_modules() if isinstance(m, Embed)]
+    tokens = max(tables) if tables else 2**31
+    for eos in text.eos_token_ids:
+        if not 0 <= eos < tokens:
+            shown = f"{eos:,}" if abs(eos) < 10**30 else f"a number of {len(str(abs(eos)))} digits"
+            problem = config.problem(
+                ("tokenizer", "eos_token_ids"),
+                f"the EOS token id {shown} is not a token of the model (0 to {tokens - 1:,}): no "
+                "row would ever end at it. Give the ids of the model's end-of-sequence tokens "
+                "(generation_config.json's eos_token_id), or [] for none.",
+            )
+            raise GenerationError(str(problem))
+    pad = text.pad_token_id
+    return text.eos_token_ids, pad if count > 1 or 0 <= pad < tokens else 0
 
 
 def _continued(model: Any, rows: list[np.ndarray], pad: int, options: dict[str, Any]) -> Any:

@@ -319,3 +319,12 @@ def test_a_place_in_the_model_is_spelled_as_in_a_config():
         "model.layers[1]",
         "model[2]",
     ]
+
+
+def test_room_for_one_more_token_is_said_in_the_singular():
+    """'Ask for at most 1 new tokens'."""
+    prompt = jnp.zeros((1, LENGTH - 1), jnp.int32)
+    with pytest.raises(
+        GenerationError, match=r"Ask for at most 1 new token, or shorten the prompt"
+    ):
+        decode(gpt(), prompt, max_tokens=2, temperature=0.0)
