@@ -239,3 +239,19 @@ def test_a_stop_while_the_command_loads_is_one_line(monkeypatch, capsys):
     assert _main.main(["train", "x.yaml"]) == 130
     err = capsys.readouterr().err
     assert err.strip() == "nnx: interrupted." and "Traceback" not in err
+
+
+def test_a_stop_while_the_console_script_loads_the_command_is_one_line(monkeypatch, capsys):
+    """The console script imports the command's modules first: a Ctrl-C then printed the
+    traceback of the import it broke (exit 1), before `main` could say anything."""
+    from nnx_plugins.cli import _entry
+
+    def loading():
+        raise KeyboardInterrupt
+
+    ended = []
+    monkeypatch.setattr(_entry, "_command", loading)
+    monkeypatch.setattr(_entry.os, "_exit", ended.append)
+    _entry.run()
+    assert ended == [130]
+    assert capsys.readouterr().err == "nnx: interrupted.\n"
