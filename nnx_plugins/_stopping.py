@@ -52,6 +52,7 @@ __all__ = [
     "was_published",
     "pending",
     "stop_message",
+    "stopped_how",
 ]
 
 _REDELIVER_SECONDS = 0.05
@@ -184,8 +185,7 @@ def stop_message(stop: BaseException, what: str, out: Any, *, complete: bool) ->
     """The line a stopped ``what`` (``import``, ``export``) says, and its exit status (130
     for Ctrl-C, 143 for SIGTERM); from now on more signals change nothing."""
     _state.quiet = True
-    terminated = isinstance(stop, Terminated)
-    how = "stopped by SIGTERM" if terminated else "interrupted"
+    how, status = stopped_how(stop)
     if complete:
         text = f"nnx: {how} after {out} was written whole; it is complete."
     else:
@@ -193,7 +193,21 @@ def stop_message(stop: BaseException, what: str, out: Any, *, complete: bool) ->
             f"nnx: {how}: nothing was written ({out} is as it was; the {what} writes its output "
             f"whole or not at all). Run the same command again to {what}."
         )
-    return text, 128 + signal.SIGTERM if terminated else 130
+    return text, status
+
+
+def stopped_how(stop: BaseException) -> tuple[str, int]:
+    """How a command says ``stop`` ended it, and its exit status: ``("interrupted", 130)`` for
+    Ctrl-C, ``("stopped by SIGTERM", 143)`` for `Terminated` (as a shell reports the signals).
+
+    Example:
+        >>> from nnx_plugins._stopping import Terminated, stopped_how
+        >>> stopped_how(KeyboardInterrupt()), stopped_how(Terminated())
+        (('interrupted', 130), ('stopped by SIGTERM', 143))
+    """
+    if isinstance(stop, Terminated):
+        return "stopped by SIGTERM", 128 + signal.SIGTERM
+    return "interrupted", 130
 
 
 def pending() -> KeyboardInterrupt | None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -37,7 +36,7 @@ def _generate(args: argparse.Namespace) -> int:
     """Generate, under the commands' stop mechanism: Ctrl-C (or SIGTERM) is one line and exit
     130 (143), nothing printed on stdout, even when the stop landed in a garbage-collector
     callback (Python prints it as "ignored" and goes on: the text came out, exit 0)."""
-    from .._stopping import Terminated, check, pending, shielded, stop_on_signals
+    from .._stopping import check, pending, shielded, stop_on_signals
 
     with stop_on_signals():
         try:
@@ -45,22 +44,22 @@ def _generate(args: argparse.Namespace) -> int:
                 from ..generation import _generate  # noqa: F401 - (imports jax)
             status = _generated(args, check)
         except KeyboardInterrupt as stop:
-            status = _stopped(stop, Terminated)
+            status = _stopped(stop)
         except Exception:  # (an error that followed a stop, e.g. a library's wrapping of it)
             asked = pending()
             if asked is None:
                 raise
-            status = _stopped(asked, Terminated)
+            status = _stopped(asked)
     return status
 
 
-def _stopped(stop: BaseException, terminated: type) -> int:
+def _stopped(stop: BaseException) -> int:
     """Say that generation stopped (it writes no file); the exit status."""
-    if isinstance(stop, terminated):
-        report("nnx: stopped by SIGTERM.")
-        return 128 + signal.SIGTERM
-    report("nnx: interrupted.")
-    return 130
+    from .._stopping import stopped_how
+
+    how, status = stopped_how(stop)
+    report(f"nnx: {how}.")
+    return status
 
 
 def _generated(args: argparse.Namespace, check: Callable[[], None]) -> int:

@@ -17,14 +17,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
 import sys
 from typing import Any
 
 from rich.console import Console
 
 from .._errors import NnxError
-from .._stopping import Terminated, stop_on_signals
 from ..training._address import address_problem
 from ._checkpoint import CHECKPOINT_OPTION, resolve_checkpoint
 from ._config import one_file
@@ -49,6 +47,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
     """Train in this process (one of a group when ``group`` is given); the exit status."""
+    from .._stopping import stop_on_signals, stopped_how  # (here: listing stays light)
     from ..config._load import load_config  # (here: listing stays light)
     from ..training._evaluation import describe_metrics  # (here: listing stays light)
     from ..training._loop import train  # (here: listing stays light)
@@ -81,12 +80,12 @@ def _run(args: argparse.Namespace, given: Any, group: Any) -> int:
         report(f"{_who(group)}{error}")
         return 1
     except KeyboardInterrupt as stop:
-        how = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted"
+        how, status = stopped_how(stop)
         report(
             f"nnx: {_who(group)}{how}. The checkpoints written so far are intact (saves "
             "are atomic); continue with the same command and --resume."
         )
-        return 128 + signal.SIGTERM if isinstance(stop, Terminated) else 130
+        return status
     if group is None or group.process_id == 0:
         console.print(
             f"{_what_was_trained(result)}; run directory {result.run_dir}", soft_wrap=True
