@@ -157,11 +157,9 @@ def _publish(out: pathlib.Path, fill: Callable[[pathlib.Path], None], *, directo
         ) from None
     finally:
         with shielded(), contextlib.suppress(OSError):
-            if temporary is None:
-                pass
-            elif temporary.is_dir():
+            if temporary is not None and temporary.is_dir():
                 shutil.rmtree(temporary)
-            else:
+            elif temporary is not None:
                 temporary.unlink()
     return out
 
