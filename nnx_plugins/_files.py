@@ -66,10 +66,13 @@ def open_regular(path: str | os.PathLike[str]) -> IO[bytes]:
             raise NotRegularFile(file_kind(mode))
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+    # (outside the try: from the moment it exists the file object owns ``fd``, and closes it
+    # when dropped, as it is when a stop lands just after this call; closing ``fd`` again
+    # here raised EBADF in place of the stop, or closed a file another thread had opened)
+    return os.fdopen(fd, "rb")
 
 
 def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
