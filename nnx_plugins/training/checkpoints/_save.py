@@ -384,6 +384,23 @@ def _replace_directory(source: str, target: pathlib.Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _discard(checkpoint: pathlib.Path) -> None:
+    """Delete ``checkpoint`` so that a stop at any moment leaves it whole or gone, never a
+    manifest without its tensors (deleted in place, a SIGTERM in the middle left such a
+    ``step_N`` that ``--resume`` took for the latest and could not load): it is renamed into a
+    leftover first (``.step_N.old-*``, which the next `rotate` removes), then deleted."""
+    try:
+        old = tempfile.mkdtemp(prefix=f".{checkpoint.name}.old-", dir=checkpoint.parent)
+    except OSError:
+        return  # (kept whole: the next rotation tries again)
+    try:
+        os.replace(checkpoint, os.path.join(old, "previous"))
+    except OSError:
+        pass  # (kept whole, as above)
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def _check_replaceable(target: pathlib.Path) -> None:
     if (target.is_symlink() or target.exists()) and not is_checkpoint_directory(
         target, allow_empty=True
@@ -500,7 +517,7 @@ def rotate(
     kept = {pathlib.Path(p).name for p in protect}
     doomed = [c for c in (found[:-keep] if keep > 0 else found) if c.name not in kept]
     for child in doomed:
-        shutil.rmtree(child, ignore_errors=True)
+        _discard(child)
     root = pathlib.Path(root)
     if root.is_dir():
         for child in root.iterdir():

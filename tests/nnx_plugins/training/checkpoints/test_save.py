@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -210,6 +211,30 @@ def test_rotation_keeps_the_newest_and_cleans_interrupted_saves(tmp_path):
     assert [p.name for p in deleted] == ["step_00000001"]
     assert sorted(os.listdir(tmp_path)) == ["step_00000002", "step_00000003", "step_00000009"]
     assert latest_checkpoint(tmp_path).name == "step_00000003"
+
+
+def test_a_stop_in_the_middle_of_a_rotation_leaves_every_checkpoint_whole(tmp_path, monkeypatch):
+    """Deleted in place, a checkpoint stopped half way (SIGTERM during `rotate`) kept its
+    manifest without its tensors: listed as the latest, `--resume` could not load it."""
+    model = nnx_plugins.build({"type": "Linear", "in_features": 1, "out_features": 1})
+    for step in (1, 2, 3):
+        save(model, step_directory(tmp_path, step), step=step)
+    real = _checkpoint.shutil.rmtree
+
+    def stopped_rmtree(path, ignore_errors=False):
+        next(pathlib.Path(path).rglob("tensors.safetensors")).unlink()  # (one file gone, then
+        raise KeyboardInterrupt  # the stop lands)
+
+    monkeypatch.setattr(_checkpoint.shutil, "rmtree", stopped_rmtree)
+    with pytest.raises(KeyboardInterrupt):
+        rotate(tmp_path, 1)
+    found = list_checkpoints(tmp_path)
+    assert [p.name for p in found] == ["step_00000002", "step_00000003"]
+    for checkpoint in found:
+        nnx_plugins.load(checkpoint)  # (whole)
+    monkeypatch.setattr(_checkpoint.shutil, "rmtree", real)
+    rotate(tmp_path, 1)  # (the next rotation removes the half-deleted leftover)
+    assert sorted(os.listdir(tmp_path)) == ["step_00000003"]
 
 
 def test_mismatches_are_reported_by_path_all_at_once(tmp_path):
