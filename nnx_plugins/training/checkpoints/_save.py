@@ -388,7 +388,8 @@ def _discard(checkpoint: pathlib.Path) -> None:
     """Delete ``checkpoint`` so that a stop at any moment leaves it whole or gone, never a
     manifest without its tensors (deleted in place, a SIGTERM in the middle left such a
     ``step_N`` that ``--resume`` took for the latest and could not load): it is renamed into a
-    leftover first (``.step_N.old-*``, which the next `rotate` removes), then deleted."""
+    leftover first (``.step_N.old-*``), then deleted; a second stop during the deletion leaves
+    that leftover, which the next `rotate` removes."""
     try:
         old = tempfile.mkdtemp(prefix=f".{checkpoint.name}.old-", dir=checkpoint.parent)
     except OSError:
@@ -398,7 +399,11 @@ def _discard(checkpoint: pathlib.Path) -> None:
     except OSError:
         pass  # (kept whole, as above)
     finally:
-        shutil.rmtree(old, ignore_errors=True)
+        try:
+            shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(old, ignore_errors=True)  # (a stop landed: finish, then stop)
+            raise
 
 
 def _check_replaceable(target: pathlib.Path) -> None:

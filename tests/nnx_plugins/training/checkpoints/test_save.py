@@ -213,17 +213,26 @@ def test_rotation_keeps_the_newest_and_cleans_interrupted_saves(tmp_path):
     assert latest_checkpoint(tmp_path).name == "step_00000003"
 
 
-def test_a_stop_in_the_middle_of_a_rotation_leaves_every_checkpoint_whole(tmp_path, monkeypatch):
+@pytest.mark.parametrize("stops", [1, 2])
+def test_a_stop_in_the_middle_of_a_rotation_leaves_every_checkpoint_whole(
+    tmp_path, monkeypatch, stops
+):
     """Deleted in place, a checkpoint stopped half way (SIGTERM during `rotate`) kept its
-    manifest without its tensors: listed as the latest, `--resume` could not load it."""
+    manifest without its tensors: listed as the latest, `--resume` could not load it. Now a
+    stop finishes the deletion; a second stop leaves a leftover the next rotation removes."""
     model = nnx_plugins.build({"type": "Linear", "in_features": 1, "out_features": 1})
     for step in (1, 2, 3):
         save(model, step_directory(tmp_path, step), step=step)
-    real = _checkpoint.shutil.rmtree
+    real, calls = _checkpoint.shutil.rmtree, []
 
     def stopped_rmtree(path, ignore_errors=False):
-        next(pathlib.Path(path).rglob("tensors.safetensors")).unlink()  # (one file gone, then
-        raise KeyboardInterrupt  # the stop lands)
+        calls.append(path)
+        if len(calls) > stops:
+            return real(path, ignore_errors=ignore_errors)
+        found = next(pathlib.Path(path).rglob("tensors.safetensors"), None)
+        if found is not None:
+            found.unlink()  # (one file gone, then the stop lands)
+        raise KeyboardInterrupt
 
     monkeypatch.setattr(_checkpoint.shutil, "rmtree", stopped_rmtree)
     with pytest.raises(KeyboardInterrupt):
@@ -232,8 +241,13 @@ def test_a_stop_in_the_middle_of_a_rotation_leaves_every_checkpoint_whole(tmp_pa
     assert [p.name for p in found] == ["step_00000002", "step_00000003"]
     for checkpoint in found:
         nnx_plugins.load(checkpoint)  # (whole)
+    left = sorted(os.listdir(tmp_path))
+    if stops == 1:
+        assert left == ["step_00000002", "step_00000003"]
+    else:
+        assert len(left) == 3 and left[0].startswith(".step_00000001.old-")
     monkeypatch.setattr(_checkpoint.shutil, "rmtree", real)
-    rotate(tmp_path, 1)  # (the next rotation removes the half-deleted leftover)
+    rotate(tmp_path, 1)
     assert sorted(os.listdir(tmp_path)) == ["step_00000003"]
 
 
