@@ -41,6 +41,7 @@ from safetensors.numpy import save_file
 
 from ..._errors import NnxError
 from ..._files import open_regular, usual_mode
+from ..._stopping import shielded
 from ..._text import os_problem
 from .._collectives import broadcast_text, gather_text, process_label
 from ._blocks import SHARD_FILE, shard_file
@@ -192,7 +193,8 @@ def save(
     temporary = None
     try:
         directory.parent.mkdir(parents=True, exist_ok=True)
-        temporary = tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent)
+        with shielded():  # (a stop waits until the temporary is made and known: then removed)
+            temporary = tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent)
         usual_mode(temporary)  # (mkdtemp's 0700: a checkpoint is read as the umask allows)
         _write_tensors(tensors, os.path.join(temporary, TENSORS))
         manifest["sha256"] = _sha256(os.path.join(temporary, TENSORS))
