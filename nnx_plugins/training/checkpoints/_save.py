@@ -376,14 +376,22 @@ def _replace_directory(source: str, target: pathlib.Path) -> None:
     `CheckpointError` and is left as it was.
     """
     old = None
-    if target.is_symlink() or target.exists():
-        _check_replaceable(target)  # (again: something may have appeared while we wrote)
-        old = tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent)
-        os.replace(target, os.path.join(old, "previous"))
-    os.replace(source, target)
-    _fsync(target.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    try:
+        with shielded():  # (a stop waits: ``target`` is never left moved aside, not replaced)
+            if target.is_symlink() or target.exists():
+                _check_replaceable(target)  # (again: something may have appeared meanwhile)
+                old = tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent)
+                os.replace(target, os.path.join(old, "previous"))
+            try:
+                os.replace(source, target)
+            except OSError:
+                if old is not None:
+                    os.replace(os.path.join(old, "previous"), target)  # (put back as it was)
+                raise
+        _fsync(target.parent)
+    finally:
+        if old is not None:
+            _remove_finishing(old)
 
 
 def _discard(checkpoint: pathlib.Path) -> None:
@@ -401,11 +409,17 @@ def _discard(checkpoint: pathlib.Path) -> None:
     except OSError:
         pass  # (kept whole, as above)
     finally:
-        try:
-            shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(old, ignore_errors=True)  # (a stop landed: finish, then stop)
-            raise
+        _remove_finishing(old)
+
+
+def _remove_finishing(path: str) -> None:
+    """Delete the folder ``path``; a stop landing meanwhile finishes the deletion first (a
+    second stop leaves it: a leftover, which the next `rotate` removes)."""
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
 
 
 def _check_replaceable(target: pathlib.Path) -> None:

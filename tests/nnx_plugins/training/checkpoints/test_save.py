@@ -1,5 +1,6 @@
 """Checkpoints: round trips, manifest contents, atomic writes, and every refusal."""
 
+import errno
 import json
 import os
 import pathlib
@@ -274,6 +275,51 @@ def test_a_sigterm_as_the_temporary_is_made_leaves_nothing(tmp_path, monkeypatch
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert os.listdir(tmp_path) == []
+
+
+def test_a_sigterm_between_moving_the_old_checkpoint_aside_and_renaming_keeps_one(
+    tmp_path, monkeypatch
+):
+    """Saving over a checkpoint moves it aside, then renames the new one into place; a stop
+    between the two removed the new one and left the old one in a leftover: neither in place."""
+    model = nnx_plugins.build({"type": "Linear", "in_features": 1, "out_features": 1})
+    save(model, tmp_path / "c", step=1)
+    real = os.replace
+
+    def replace_then_sigterm(source, target):
+        real(source, target)
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # (the handler runs here)
+            pass
+
+    monkeypatch.setattr(_checkpoint.os, "replace", replace_then_sigterm)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with pytest.raises(Terminated), stop_on_signals():
+            save(model, tmp_path / "c", step=2)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    monkeypatch.setattr(_checkpoint.os, "replace", real)
+    assert read_manifest(tmp_path / "c")["step"] == 2 and os.listdir(tmp_path) == ["c"]
+    load(tmp_path / "c")
+
+
+def test_a_failed_rename_puts_the_old_checkpoint_back(tmp_path, monkeypatch):
+    model = nnx_plugins.build({"type": "Linear", "in_features": 1, "out_features": 1})
+    save(model, tmp_path / "c", step=1)
+    real, calls = os.replace, []
+
+    def second_replace_fails(source, target):
+        calls.append(target)
+        if len(calls) == 2:
+            raise OSError(errno.EIO, "Input/output error")
+        real(source, target)
+
+    monkeypatch.setattr(_checkpoint.os, "replace", second_replace_fails)
+    with pytest.raises(CheckpointError, match="writing it failed: Input/output error"):
+        save(model, tmp_path / "c", step=2)
+    monkeypatch.setattr(_checkpoint.os, "replace", real)
+    assert read_manifest(tmp_path / "c")["step"] == 1 and os.listdir(tmp_path) == ["c"]
 
 
 def test_mismatches_are_reported_by_path_all_at_once(tmp_path):
