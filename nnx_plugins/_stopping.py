@@ -181,17 +181,20 @@ def was_published(path: str | os.PathLike[str]) -> bool:
     return os.path.abspath(path) in _state.published
 
 
-def stop_message(stop: BaseException, what: str, out: Any, *, complete: bool) -> tuple[str, int]:
-    """The line a stopped ``what`` (``import``, ``export``) says, and its exit status (130
-    for Ctrl-C, 143 for SIGTERM); from now on more signals change nothing."""
+def stop_message(
+    stop: BaseException, what: str, out: Any, *, complete: bool, noun: str | None = None
+) -> tuple[str, int]:
+    """The line a stopped ``what`` (``import``, ``export``, ``predict``: ``noun`` when the
+    verb is not one, as ``prediction``) says, and its exit status (130 for Ctrl-C, 143 for
+    SIGTERM); from now on more signals change nothing."""
     _state.quiet = True
     how, status = stopped_how(stop)
     if complete:
         text = f"nnx: {how} after {out} was written whole; it is complete."
     else:
         text = (
-            f"nnx: {how}: nothing was written ({out} is as it was; the {what} writes its output "
-            f"whole or not at all). Run the same command again to {what}."
+            f"nnx: {how}: nothing was written ({out} is as it was; the {noun or what} writes its "
+            f"output whole or not at all). Run the same command again to {what}."
         )
     return text, status
 

@@ -37,16 +37,43 @@ _USAGE = "predict FILE --checkpoint DIR --input IN --output OUT [KEY=VALUE...]"
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from ..config._load import load_config  # (here: listing stays light)
-    from ..training._config import load_train_config  # (here: listing stays light)
-    from ._predict_files import (  # (here: it imports numpy and jax)
-        check_output,
-        check_suffix,
-        check_writable,
-        read_inputs,
-        write_outputs,
-    )
-    from ._predict_model import check_inputs, predict  # (here: it imports jax)
+    """Predict; Ctrl-C or SIGTERM stops it with ``--output`` whole or as it was and one line
+    said (exit 130 or 143)."""
+    from .._stopping import pending, stop_message, stop_on_signals, was_published
+
+    with stop_on_signals():
+        try:
+            return _write_predictions(args)
+        except KeyboardInterrupt as stop:
+            asked: BaseException = stop
+        except NnxError as error:  # (an error that followed a stop: the stop is what happened)
+            found = pending()
+            if found is None:
+                report(f"nnx: error: {error}")
+                return 1
+            asked = found
+        complete = was_published(args.output)
+        text, status = stop_message(
+            asked, "predict", args.output, complete=complete, noun="prediction"
+        )
+        report(text)
+        return status
+
+
+def _write_predictions(args: argparse.Namespace) -> int:
+    from .._stopping import shielded
+
+    with shielded():  # (a stop inside jaxlib's native start aborts the process: after)
+        from ..config._load import load_config  # (here: listing stays light)
+        from ..training._config import load_train_config  # (here: listing stays light)
+        from ._predict_files import (  # (here: it imports numpy and jax)
+            check_output,
+            check_suffix,
+            check_writable,
+            read_inputs,
+            write_outputs,
+        )
+        from ._predict_model import check_inputs, predict  # (here: it imports jax)
 
     given = one_file(args, _USAGE)
     if given is None:

@@ -28,6 +28,7 @@ import numpy as np
 
 from .._errors import NnxError
 from .._files import usual_mode
+from .._stopping import published, shielded
 from .._text import os_problem
 from ..training.data._base import check_finite, narrow
 from ..training.data._csv import read_csv, read_header
@@ -259,20 +260,23 @@ def _replacing(path: str) -> Iterator[Any]:
     """A binary file beside ``path``, moved onto it when the block succeeds (a symbolic link
     there is replaced, not followed), removed when it fails."""
     folder = os.path.dirname(os.path.abspath(path))
+    temporary, handle = None, None
     try:
-        fd, temporary = tempfile.mkstemp(prefix=".nnx-predict-", dir=folder)
-    except OSError as error:
-        raise PredictError(f"cannot write --output {path}: {os_problem(error)}.") from None
-    try:
+        with shielded():  # (a stop waits until the temporary is made and known: then removed)
+            fd, temporary = tempfile.mkstemp(prefix=".nnx-predict-", dir=folder)
+            handle = os.fdopen(fd, "wb")
         usual_mode(temporary)  # (mkstemp's 0600: the output is read as the umask allows)
-        with os.fdopen(fd, "wb") as handle:
+        with handle:
             yield handle
-        os.replace(temporary, path)
-    except OSError as error:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise PredictError(f"cannot write --output {path}: {os_problem(error)}.") from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+        with shielded():  # (put in place and recorded together)
+            os.replace(temporary, path)
+            published(path)
+    except BaseException as error:
+        if handle is not None:
+            handle.close()
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+        if isinstance(error, OSError):
+            raise PredictError(f"cannot write --output {path}: {os_problem(error)}.") from None
         raise

@@ -2,6 +2,7 @@
 the model's outputs; every bad input refused before the model runs, the output whole or absent."""
 
 import os
+import signal
 import stat
 
 import jax.numpy as jnp
@@ -9,6 +10,8 @@ import numpy as np
 import pytest
 
 import nnx_plugins
+from nnx_plugins._stopping import Terminated
+from nnx_plugins.cli import _predict_files, _predict_model
 from nnx_plugins.cli._main import main
 from nnx_plugins.cli._predict_files import Inputs, PredictError
 from nnx_plugins.cli._predict_model import check_inputs
@@ -317,3 +320,72 @@ def test_a_fifo_or_device_is_never_replaced_even_with_overwrite(classifier, tmp_
     assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo.csv").st_mode)
     assert main([*argv, "--output", "/dev/null", "--overwrite"]) == 1  # (no extension either)
     assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+
+
+@pytest.fixture
+def sigterm_default():
+    """SIGTERM at its default, as the command finds it (stop_on_signals takes it only then)."""
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGTERM, before)
+
+
+def sigterm_after(monkeypatch, module, name):
+    """Send SIGTERM to this process just after ``module.name`` returns (its handler runs)."""
+    real = getattr(module, name)
+
+    def then_sigterm(*args, **kwargs):
+        result = real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # (the handler runs here)
+            pass
+        return result
+
+    monkeypatch.setattr(module, name, then_sigterm)
+
+
+PREDICT = ["predict", "clf.yaml", "--checkpoint", "best", "--input", "new.csv"]
+
+
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_a_stop_while_predicting_writes_nothing_and_says_so(
+    classifier, tmp_path, monkeypatch, capsys, sigterm_default, signum
+):
+    (tmp_path / "new.csv").write_text("a,b,c\n1,0.5,-1\n")
+    stop = KeyboardInterrupt() if signum == "SIGINT" else Terminated()
+
+    def stopped(*args, **kwargs):
+        raise stop
+
+    monkeypatch.setattr(_predict_model, "predict", stopped)
+    status = main([*PREDICT, "--output", "out.csv"])
+    how = "interrupted" if signum == "SIGINT" else "stopped by SIGTERM"
+    assert status == (130 if signum == "SIGINT" else 143)
+    assert capsys.readouterr().err == (
+        f"nnx: {how}: nothing was written (out.csv is as it was; the prediction writes its "
+        "output whole or not at all). Run the same command again to predict.\n"
+    )
+    assert not (tmp_path / "out.csv").exists() and not list(tmp_path.glob(".nnx-predict-*"))
+
+
+def test_a_sigterm_as_the_temporary_is_made_leaves_nothing(
+    classifier, tmp_path, monkeypatch, capsys, sigterm_default
+):
+    (tmp_path / "new.csv").write_text("a,b,c\n1,0.5,-1\n")
+    sigterm_after(monkeypatch, _predict_files.tempfile, "mkstemp")
+    assert main([*PREDICT, "--output", "out.csv"]) == 143
+    assert "nnx: stopped by SIGTERM: nothing was written" in capsys.readouterr().err
+    assert not (tmp_path / "out.csv").exists() and not list(tmp_path.glob(".nnx-predict-*"))
+
+
+def test_a_sigterm_as_the_output_is_put_in_place_says_it_is_complete(
+    classifier, tmp_path, monkeypatch, capsys, sigterm_default
+):
+    (tmp_path / "new.csv").write_text("a,b,c\n1,0.5,-1\n")
+    sigterm_after(monkeypatch, _predict_files.os, "replace")
+    assert main([*PREDICT, "--output", "out.csv"]) == 143
+    assert capsys.readouterr().err == (
+        "nnx: stopped by SIGTERM after out.csv was written whole; it is complete.\n"
+    )
+    assert len((tmp_path / "out.csv").read_text().splitlines()) == 2
+    assert not list(tmp_path.glob(".nnx-predict-*"))
