@@ -364,9 +364,13 @@ def _commit(manifest: dict[str, Any], temporary: pathlib.Path, directory: pathli
     return "ok"
 
 
-def _remove(temporary: str | None) -> None:
-    if temporary is not None:
-        shutil.rmtree(temporary, ignore_errors=True)
+def _remove(folder: str | None) -> None:
+    """Delete ``folder`` (a temporary or old checkpoint directory) whole; a stop asked for
+    meanwhile is raised when it is gone. (Shielded: ``shutil.rmtree`` interrupted between
+    closing a descriptor and noting it closes it again, and its EBADF replaced the stop.)"""
+    if folder is not None:
+        with shielded():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _replace_directory(source: str, target: pathlib.Path) -> None:
@@ -391,35 +395,26 @@ def _replace_directory(source: str, target: pathlib.Path) -> None:
         _fsync(target.parent)
     finally:
         if old is not None:
-            _remove_finishing(old)
+            _remove(old)
 
 
 def _discard(checkpoint: pathlib.Path) -> None:
     """Delete ``checkpoint`` so that a stop at any moment leaves it whole or gone, never a
     manifest without its tensors (deleted in place, a SIGTERM in the middle left such a
     ``step_N`` that ``--resume`` took for the latest and could not load): it is renamed into a
-    leftover first (``.step_N.old-*``), then deleted; a second stop during the deletion leaves
-    that leftover, which the next `rotate` removes."""
-    try:
-        old = tempfile.mkdtemp(prefix=f".{checkpoint.name}.old-", dir=checkpoint.parent)
-    except OSError:
-        return  # (kept whole: the next rotation tries again)
-    try:
-        os.replace(checkpoint, os.path.join(old, "previous"))
-    except OSError:
-        pass  # (kept whole, as above)
-    finally:
-        _remove_finishing(old)
-
-
-def _remove_finishing(path: str) -> None:
-    """Delete the folder ``path``; a stop landing meanwhile finishes the deletion first (a
-    second stop leaves it: a leftover, which the next `rotate` removes)."""
-    try:
-        shutil.rmtree(path, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(path, ignore_errors=True)
-        raise
+    leftover first (``.step_N.old-*``), then deleted; a stop waits for that, and the leftover
+    of a process killed meanwhile is removed by the next `rotate`."""
+    with shielded():  # (a stop waits until it is gone)
+        try:
+            old = tempfile.mkdtemp(prefix=f".{checkpoint.name}.old-", dir=checkpoint.parent)
+        except OSError:
+            return  # (kept whole: the next rotation tries again)
+        try:
+            os.replace(checkpoint, os.path.join(old, "previous"))
+        except OSError:
+            pass  # (kept whole, as above)
+        finally:
+            _remove(old)
 
 
 def _check_replaceable(target: pathlib.Path) -> None:
@@ -543,5 +538,5 @@ def rotate(
     if root.is_dir():
         for child in root.iterdir():
             if _is_leftover(child):
-                shutil.rmtree(child, ignore_errors=True)
+                _remove(str(child))
     return doomed
