@@ -321,11 +321,13 @@ class RunLock:
             )
 
     def __exit__(self, *exc: Any) -> None:
-        if self._fd is not None:
-            if fcntl is not None:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        fd, self._fd = self._fd, None  # (first: a stop in between never closes it twice)
+        if fd is not None:
+            try:
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_UN)  # (for a forked child's copy too)
+            finally:
+                os.close(fd)
 
 
 def remove_unstarted(run_dir: pathlib.Path) -> None:

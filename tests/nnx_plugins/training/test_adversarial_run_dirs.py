@@ -527,3 +527,33 @@ def test_a_damaged_newest_checkpoint_says_how_to_resume_from_the_one_before(tmp_
         progress=False,
     )
     assert result.step == 6
+
+
+def test_a_stop_as_the_lock_is_released_never_closes_it_twice(tmp_path, monkeypatch):
+    """Its descriptor is forgotten before it is closed: a stop landing just after the close
+    left it remembered, and the next exit closed it again (EBADF, or another file's
+    descriptor opened meanwhile)."""
+    from nnx_plugins.training import _run_dir
+
+    real, closed = os.close, []
+
+    def close_then_stop(fd):
+        real(fd)
+        if not closed:
+            closed.append(fd)
+            raise KeyboardInterrupt
+
+    lock = RunLock(tmp_path / "run")
+    lock.__enter__()
+    monkeypatch.setattr(_run_dir.os, "close", close_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        lock.__exit__(None, None, None)
+    monkeypatch.setattr(_run_dir.os, "close", real)
+    other = os.open(tmp_path / "other", os.O_CREAT | os.O_WRONLY, 0o644)  # (may reuse it)
+    try:
+        lock.__exit__(None, None, None)
+        os.fstat(other)  # (still open)
+    finally:
+        os.close(other)
+    with RunLock(tmp_path / "run"):  # (free)
+        pass
