@@ -92,9 +92,24 @@ def _handler(signum: int, frame: Any) -> None:
     if _state.depth:
         _state.deferred = True
         return
+    if frame is not None and frame.f_code is _HOOK_CODE:
+        # (raised in the hook itself, as it reports another unraisable exception, the stop
+        # was printed as "Exception ignored in sys.unraisablehook" and lost with no word)
+        _lose()
+        return
     _state.raised.append(stop)
     _state.lost = False
     raise stop
+
+
+def _lose() -> None:
+    """The stop's raise was lost: raise it again in the main thread a moment later."""
+    if _state.redelivered < _REDELIVER_TIMES and not _state.quiet:
+        _state.lost = True
+        _state.redelivered += 1
+        timer = threading.Timer(_REDELIVER_SECONDS, _redeliver, (_state.signum,))
+        timer.daemon = True
+        timer.start()
 
 
 def _unraisable(previous: Any) -> Any:
@@ -105,15 +120,12 @@ def _unraisable(previous: Any) -> Any:
         if not any(unraisable.exc_value is stop for stop in _state.raised):
             previous(unraisable)
             return
-        if _state.redelivered < _REDELIVER_TIMES and not _state.quiet:
-            _state.lost = True
-            _state.redelivered += 1
-            signum = _state.signum
-            timer = threading.Timer(_REDELIVER_SECONDS, _redeliver, (signum,))
-            timer.daemon = True
-            timer.start()
+        _lose()
 
     return hook
+
+
+_HOOK_CODE = _unraisable(None).__code__
 
 
 def _redeliver(signum: int) -> None:

@@ -1,6 +1,8 @@
 """Fixtures for the plugin tests: fake layer packs (mocked metadata) next to the real ones."""
 
 import importlib.metadata as metadata
+import os
+import signal
 import sys
 import textwrap
 import types
@@ -129,3 +131,32 @@ BROKEN = fake_distribution(
     "0.3",
     entry_points={"nnx.layers": {"broken.Dense": "boom:Dense", "broken.Other": "boom:Other"}},
 )
+
+
+@pytest.fixture
+def sigterm_default():
+    """SIGTERM at its default, as a command finds it (`stop_on_signals` takes it only then)."""
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGTERM, before)
+
+
+@pytest.fixture
+def sigterm_after(monkeypatch):
+    """``sigterm_after(module, name)``: from now on ``module.name`` sends this process SIGTERM
+    just after it returns, and the handler runs before the caller sees the result (a signal
+    landing at that moment)."""
+
+    def patch(module, name):
+        real = getattr(module, name)
+
+        def then_sigterm(*args, **kwargs):
+            result = real(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # (the handler runs here)
+                pass
+            return result
+
+        monkeypatch.setattr(module, name, then_sigterm)
+
+    return patch

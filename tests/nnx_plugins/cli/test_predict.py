@@ -2,7 +2,6 @@
 the model's outputs; every bad input refused before the model runs, the output whole or absent."""
 
 import os
-import signal
 import stat
 
 import jax.numpy as jnp
@@ -322,28 +321,6 @@ def test_a_fifo_or_device_is_never_replaced_even_with_overwrite(classifier, tmp_
     assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
 
 
-@pytest.fixture
-def sigterm_default():
-    """SIGTERM at its default, as the command finds it (stop_on_signals takes it only then)."""
-    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    yield
-    signal.signal(signal.SIGTERM, before)
-
-
-def sigterm_after(monkeypatch, module, name):
-    """Send SIGTERM to this process just after ``module.name`` returns (its handler runs)."""
-    real = getattr(module, name)
-
-    def then_sigterm(*args, **kwargs):
-        result = real(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGTERM)
-        for _ in range(1000):  # (the handler runs here)
-            pass
-        return result
-
-    monkeypatch.setattr(module, name, then_sigterm)
-
-
 PREDICT = ["predict", "clf.yaml", "--checkpoint", "best", "--input", "new.csv"]
 
 
@@ -369,20 +346,20 @@ def test_a_stop_while_predicting_writes_nothing_and_says_so(
 
 
 def test_a_sigterm_as_the_temporary_is_made_leaves_nothing(
-    classifier, tmp_path, monkeypatch, capsys, sigterm_default
+    classifier, tmp_path, capsys, sigterm_default, sigterm_after
 ):
     (tmp_path / "new.csv").write_text("a,b,c\n1,0.5,-1\n")
-    sigterm_after(monkeypatch, _predict_files.tempfile, "mkstemp")
+    sigterm_after(_predict_files.tempfile, "mkstemp")
     assert main([*PREDICT, "--output", "out.csv"]) == 143
     assert "nnx: stopped by SIGTERM: nothing was written" in capsys.readouterr().err
     assert not (tmp_path / "out.csv").exists() and not list(tmp_path.glob(".nnx-predict-*"))
 
 
 def test_a_sigterm_as_the_output_is_put_in_place_says_it_is_complete(
-    classifier, tmp_path, monkeypatch, capsys, sigterm_default
+    classifier, tmp_path, capsys, sigterm_default, sigterm_after
 ):
     (tmp_path / "new.csv").write_text("a,b,c\n1,0.5,-1\n")
-    sigterm_after(monkeypatch, _predict_files.os, "replace")
+    sigterm_after(_predict_files.os, "replace")
     assert main([*PREDICT, "--output", "out.csv"]) == 143
     assert capsys.readouterr().err == (
         "nnx: stopped by SIGTERM after out.csv was written whole; it is complete.\n"

@@ -5,7 +5,9 @@ the stop is raised; the temporary output is removed even when a second stop arri
 import gc
 import os
 import signal
+import sys
 import time
+import types
 
 import pytest
 
@@ -14,14 +16,6 @@ from nnx_plugins import import_hf
 from nnx_plugins._stopping import Terminated, shielded, stop_on_signals
 
 from .conftest import FIXTURES
-
-
-@pytest.fixture
-def sigterm_default():
-    """SIGTERM at its default, as the command finds it (stop_on_signals takes it only then)."""
-    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    yield
-    signal.signal(signal.SIGTERM, before)
 
 
 def lose_a_stop() -> None:
@@ -58,6 +52,34 @@ def test_a_stop_lost_in_a_gc_callback_is_raised_again_unprinted(sigterm_default,
     assert lost and time.monotonic() - started < 60
     assert capsys.readouterr().err == ""
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # (restored)
+
+
+def test_a_stop_landing_in_the_hook_itself_is_raised_again_unprinted(
+    sigterm_default, monkeypatch, capsys
+):
+    """A SIGTERM whose handler ran as the hook began to report another unraisable exception
+    (under xdist: another test's ResourceWarning) was printed as "Exception ignored in
+    sys.unraisablehook" and lost."""
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)  # (the hook before ours)
+
+    def signal_lands(frame, event, arg):  # (the handler runs in the hook's own frame)
+        if event == "call" and frame.f_code is _stop._HOOK_CODE:
+            sys.setprofile(None)
+            _stop._handler(signal.SIGTERM, frame)
+
+    started, quiet = time.monotonic(), []
+    with pytest.raises(Terminated), stop_on_signals():
+        sys.setprofile(signal_lands)
+        try:
+            sys.unraisablehook(types.SimpleNamespace(exc_value=ValueError("another")))
+        finally:
+            sys.setprofile(None)
+        quiet.append(True)  # (the hook did not raise: the stop is pending)
+        while time.monotonic() - started < 60:
+            time.sleep(0.01)
+    assert quiet and len(reported) == 1  # (the other exception still reported)
+    assert time.monotonic() - started < 60 and capsys.readouterr().err == ""
 
 
 def test_a_lost_stop_still_pending_at_the_rename_writes_nothing(

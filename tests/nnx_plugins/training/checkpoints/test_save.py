@@ -216,7 +216,9 @@ def test_rotation_keeps_the_newest_and_cleans_interrupted_saves(tmp_path):
     assert latest_checkpoint(tmp_path).name == "step_00000003"
 
 
-def test_a_sigterm_in_the_middle_of_a_rotation_leaves_every_checkpoint_whole(tmp_path, monkeypatch):
+def test_a_sigterm_in_the_middle_of_a_rotation_leaves_every_checkpoint_whole(
+    tmp_path, monkeypatch, sigterm_default
+):
     """Deleted in place, a checkpoint stopped half way (SIGTERM during `rotate`) kept its
     manifest without its tensors: listed as the latest, `--resume` could not load it. Now it
     is renamed away first, and the stop waits for the deletion (``shutil.rmtree`` interrupted
@@ -234,12 +236,8 @@ def test_a_sigterm_in_the_middle_of_a_rotation_leaves_every_checkpoint_whole(tmp
         real(path, ignore_errors=ignore_errors)
 
     monkeypatch.setattr(_checkpoint.shutil, "rmtree", rmtree_sigterm)
-    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    try:
-        with pytest.raises(Terminated), stop_on_signals():
-            rotate(tmp_path, 1)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with pytest.raises(Terminated), stop_on_signals():
+        rotate(tmp_path, 1)
     assert sorted(os.listdir(tmp_path)) == ["step_00000002", "step_00000003"]
     for checkpoint in list_checkpoints(tmp_path):
         nnx_plugins.load(checkpoint)  # (whole)
@@ -258,51 +256,29 @@ def test_a_leftover_of_a_killed_rotation_is_removed_by_the_next(tmp_path):
     assert os.listdir(tmp_path) == ["step_00000002"]
 
 
-def test_a_sigterm_as_the_temporary_is_made_leaves_nothing(tmp_path, monkeypatch):
+def test_a_sigterm_as_the_temporary_is_made_leaves_nothing(
+    tmp_path, sigterm_default, sigterm_after
+):
     """A stop landing inside ``mkdtemp``, after the folder was made and before the save knew
     its name, left ``.c.tmp-*`` behind (1 in 28 SIGTERMs of a sweep of nnx train)."""
-    real = _checkpoint.tempfile.mkdtemp
-
-    def mkdtemp_then_sigterm(*args, **kwargs):
-        made = real(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGTERM)
-        for _ in range(1000):  # (the handler runs here)
-            pass
-        return made
-
-    monkeypatch.setattr(_checkpoint.tempfile, "mkdtemp", mkdtemp_then_sigterm)
-    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    try:
-        model = nnx_plugins.build({"type": "Linear", "in_features": 1, "out_features": 1})
-        with pytest.raises(Terminated), stop_on_signals():
-            save(model, tmp_path / "c")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    sigterm_after(_checkpoint.tempfile, "mkdtemp")
+    model = nnx_plugins.build({"type": "Linear", "in_features": 1, "out_features": 1})
+    with pytest.raises(Terminated), stop_on_signals():
+        save(model, tmp_path / "c")
     assert os.listdir(tmp_path) == []
 
 
 def test_a_sigterm_between_moving_the_old_checkpoint_aside_and_renaming_keeps_one(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, sigterm_default, sigterm_after
 ):
     """Saving over a checkpoint moves it aside, then renames the new one into place; a stop
     between the two removed the new one and left the old one in a leftover: neither in place."""
     model = nnx_plugins.build({"type": "Linear", "in_features": 1, "out_features": 1})
     save(model, tmp_path / "c", step=1)
     real = os.replace
-
-    def replace_then_sigterm(source, target):
-        real(source, target)
-        os.kill(os.getpid(), signal.SIGTERM)
-        for _ in range(1000):  # (the handler runs here)
-            pass
-
-    monkeypatch.setattr(_checkpoint.os, "replace", replace_then_sigterm)
-    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    try:
-        with pytest.raises(Terminated), stop_on_signals():
-            save(model, tmp_path / "c", step=2)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    sigterm_after(_checkpoint.os, "replace")
+    with pytest.raises(Terminated), stop_on_signals():
+        save(model, tmp_path / "c", step=2)
     monkeypatch.setattr(_checkpoint.os, "replace", real)
     assert read_manifest(tmp_path / "c")["step"] == 2 and os.listdir(tmp_path) == ["c"]
     load(tmp_path / "c")
