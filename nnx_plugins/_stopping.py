@@ -10,7 +10,8 @@ Inside it:
 - A stop is also recorded. Raised inside a garbage-collector callback (jax registers one) or a
   ``__del__``, Python prints the exception as "ignored" and goes on: a run trained on to its
   end (1 SIGTERM in 12 under load), an import or export exited 0 after a traceback. Such a lost
-  stop is not printed; it is raised again in the main thread a moment later
+  stop (or one whose handler runs as the unraisable hook begins to report another exception)
+  is not printed; it is raised again in the main thread a moment later
   (`_thread.interrupt_main`), and `check` (the training loop calls it at each step, an import
   between tensors and before its output is published) raises it if it is still pending.
 - `shielded` steps (creating a temporary output, publishing it, removing it) are not broken by

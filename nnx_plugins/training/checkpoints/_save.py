@@ -390,7 +390,10 @@ def _replace_directory(source: str, target: pathlib.Path) -> None:
                 os.replace(source, target)
             except OSError:
                 if old is not None:
-                    os.replace(os.path.join(old, "previous"), target)  # (put back as it was)
+                    try:
+                        os.replace(os.path.join(old, "previous"), target)  # (put back)
+                    except OSError:
+                        old = None  # (then left where it is, never deleted)
                 raise
         _fsync(target.parent)
     finally:

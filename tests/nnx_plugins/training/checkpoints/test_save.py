@@ -302,6 +302,26 @@ def test_a_failed_rename_puts_the_old_checkpoint_back(tmp_path, monkeypatch):
     assert read_manifest(tmp_path / "c")["step"] == 1 and os.listdir(tmp_path) == ["c"]
 
 
+def test_an_old_checkpoint_that_cannot_be_put_back_is_kept_aside(tmp_path, monkeypatch):
+    model = nnx_plugins.build({"type": "Linear", "in_features": 1, "out_features": 1})
+    save(model, tmp_path / "c", step=1)
+    real, calls = os.replace, []
+
+    def only_the_first_replace_works(source, target):
+        calls.append(target)
+        if len(calls) >= 2:
+            raise OSError(errno.EIO, "Input/output error")
+        real(source, target)
+
+    monkeypatch.setattr(_checkpoint.os, "replace", only_the_first_replace_works)
+    with pytest.raises(CheckpointError, match="writing it failed: Input/output error"):
+        save(model, tmp_path / "c", step=2)
+    monkeypatch.setattr(_checkpoint.os, "replace", real)
+    (aside,) = os.listdir(tmp_path)  # (never deleted: the only copy of step 1)
+    assert aside.startswith(".c.old-")
+    assert read_manifest(tmp_path / aside / "previous")["step"] == 1
+
+
 def test_mismatches_are_reported_by_path_all_at_once(tmp_path):
     small = nnx_plugins.build(
         {
