@@ -1,6 +1,7 @@
 """Python cost of split / state / merge / update: ours vs flax.nnx (graph mode), same model.
 
 Run: python benchmarks/graph_overhead.py [--depths 5 20 100] [--number 200] [--rounds 5]
+     python benchmarks/graph_overhead.py --first-touch [--number 160]
 The model is the MLP of flax's own graph-overhead benchmark (Linear + BatchNorm blocks,
 width 32; 6 Variables per block plus a counter). Four regimes:
 
@@ -21,6 +22,13 @@ Modules of one class, each holding one Variable and 4 children: width 4, depth 4
 defined anew just before each model is built; CPU time (``time.process_time``) per split, the
 median over ``--number`` / 4 models per round, ours and flax.nnx alternating model by model;
 beside them `minimal_walk`, the least a Python traversal of that tree does, for reference.
+
+With ``--first-touch``, only where that first split's time goes: the same tree with its
+Variables holding numpy arrays or jax arrays (``jnp.ones``, as flax's benchmark builds it),
+split (ours, flax.nnx) or walked bare (`bare_walk`: keys sorted, nothing built), twice, the
+median thread CPU µs of ``--number`` / 4 trees: the second pass over the same objects is what
+the Python work costs; the first adds the cost of touching objects just allocated among jax's
+own allocations.
 """
 
 from __future__ import annotations
@@ -153,6 +161,57 @@ def minimal_walk(node, ref: dict, out: dict) -> tuple:
     return ("node", type(node), keys, tuple(specs))
 
 
+def bare_walk(node, out: list) -> None:
+    """Every Variable of the tree in key order, and nothing else done (`first_touch`)."""
+    d = node.__dict__
+    for key in sorted(d):
+        child = d[key]
+        if type(child).__name__ == "Variable":
+            out.append(child)
+        elif hasattr(child, "__dict__"):
+            bare_walk(child, out)
+
+
+def first_touch(number: int) -> list[tuple[str, str, float, float]]:
+    """(arrays, what, first µs, second µs) for the 341-Module tree (see the module's doc)."""
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx as fnnx
+
+    import nnx_core as nnx
+
+    def tree(lib, ones):
+        class NestedClass(lib.Module):
+            def __init__(self, width, depth):
+                self.x = lib.Variable(ones((depth + 1,)))
+                if depth > 0:
+                    for i in range(width):
+                        setattr(self, f"child{i}", NestedClass(width, depth - 1))
+
+        return NestedClass(4, 4)
+
+    rows = []
+    for arrays, ones in (("numpy", np.ones), ("jax", jnp.ones)):
+        for what, lib, run in (
+            ("ours: split", nnx, nnx.split),
+            ("flax.nnx: split", fnnx, fnnx.split),
+            ("a bare walk", nnx, lambda model: bare_walk(model, [])),
+        ):
+            first, second = [], []
+            for _ in range(number):
+                model = tree(lib, ones)
+                gc.collect()
+                time.sleep(0.02)  # (jax's dispatch of the arrays settles)
+                gc.disable()
+                for times in (first, second):
+                    t0 = time.thread_time()
+                    run(model)
+                    times.append((time.thread_time() - t0) * 1e6)
+                gc.enable()
+            rows.append((arrays, what, statistics.median(first), statistics.median(second)))
+    return rows
+
+
 def nested_first_splits(number: int, rounds: int) -> list[tuple[float, float, float]]:
     """Per round: the median CPU µs of the first split of a newly built 341-Module tree, for
     ours, for flax.nnx (a new class per model, the two alternating) and for `minimal_walk`
@@ -187,7 +246,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--depths", type=int, nargs="+", default=[5, 20, 100])
     p.add_argument("--number", type=int, default=200)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--first-touch", action="store_true", help="only the first split's parts")
     a = p.parse_args(argv)
+    if a.first_touch:
+        print(f"load average {os.getloadavg()[0]:.2f}")
+        print("| Variables hold | what | first pass µs | second pass µs |")
+        print("|---|---|---|---|")
+        for arrays, what, first, second in first_touch(a.number // 4):
+            print(f"| {arrays} arrays | {what} | {first:.0f} | {second:.0f} |")
+        print(f"load average at the end {os.getloadavg()[0]:.2f}")
+        return
     print(f"load average {os.getloadavg()[0]:.2f}")
     print(
         "| depth | Variables | op | ours µs | flax.nnx µs | flax / ours | ours cold µs | "
