@@ -284,39 +284,39 @@ def test_a_sigterm_between_moving_the_old_checkpoint_aside_and_renaming_keeps_on
     load(tmp_path / "c")
 
 
-def test_a_failed_rename_puts_the_old_checkpoint_back(tmp_path, monkeypatch):
+@pytest.fixture
+def failing_renames(monkeypatch, tmp_path):
+    """Step 1 saved at ``tmp_path / "c"``; ``failing_renames(calls)`` makes a save's renames
+    numbered in ``calls`` (1: moving the old checkpoint aside, 2: the new one into place, 3:
+    the old one back) fail with EIO, and returns the model."""
     model = nnx_plugins.build({"type": "Linear", "in_features": 1, "out_features": 1})
     save(model, tmp_path / "c", step=1)
-    real, calls = os.replace, []
+    real, made = os.replace, []
 
-    def second_replace_fails(source, target):
-        calls.append(target)
-        if len(calls) == 2:
-            raise OSError(errno.EIO, "Input/output error")
-        real(source, target)
+    def fail(calls):
+        def replace(source, target):
+            made.append(target)
+            if len(made) in calls:
+                raise OSError(errno.EIO, "Input/output error")
+            real(source, target)
 
-    monkeypatch.setattr(_checkpoint.os, "replace", second_replace_fails)
+        monkeypatch.setattr(_checkpoint.os, "replace", replace)
+        return model
+
+    return fail
+
+
+def test_a_failed_rename_puts_the_old_checkpoint_back(tmp_path, failing_renames):
+    model = failing_renames({2})
     with pytest.raises(CheckpointError, match="writing it failed: Input/output error"):
         save(model, tmp_path / "c", step=2)
-    monkeypatch.setattr(_checkpoint.os, "replace", real)
     assert read_manifest(tmp_path / "c")["step"] == 1 and os.listdir(tmp_path) == ["c"]
 
 
-def test_an_old_checkpoint_that_cannot_be_put_back_is_kept_aside(tmp_path, monkeypatch):
-    model = nnx_plugins.build({"type": "Linear", "in_features": 1, "out_features": 1})
-    save(model, tmp_path / "c", step=1)
-    real, calls = os.replace, []
-
-    def only_the_first_replace_works(source, target):
-        calls.append(target)
-        if len(calls) >= 2:
-            raise OSError(errno.EIO, "Input/output error")
-        real(source, target)
-
-    monkeypatch.setattr(_checkpoint.os, "replace", only_the_first_replace_works)
+def test_an_old_checkpoint_that_cannot_be_put_back_is_kept_aside(tmp_path, failing_renames):
+    model = failing_renames({2, 3})
     with pytest.raises(CheckpointError, match="writing it failed: Input/output error"):
         save(model, tmp_path / "c", step=2)
-    monkeypatch.setattr(_checkpoint.os, "replace", real)
     (aside,) = os.listdir(tmp_path)  # (never deleted: the only copy of step 1)
     assert aside.startswith(".c.old-")
     assert read_manifest(tmp_path / aside / "previous")["step"] == 1
