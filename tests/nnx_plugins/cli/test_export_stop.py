@@ -10,7 +10,7 @@ from safetensors.numpy import load_file
 
 import nnx_plugins
 
-from .test_import_stop import FIXTURES, command, start, wait_for
+from .test_import_stop import FIXTURES, command, start, stop_when_ready, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -60,13 +60,7 @@ def test_a_stopped_export_says_so_in_one_line_and_leaves_nothing(
     beside --out; a stop lost in jax's garbage-collector callback let the export finish."""
     out = tmp_path / "out"
     child = start(HELD, command(*export(imported, kind, out)), cwd=tmp_path)
-    try:
-        wait_for(child, "READY")
-        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]
-        child.send_signal(sent)
-        _, err = child.communicate(timeout=60)
-    finally:
-        child.kill()
+    err = stop_when_ready(child, sent, tmp_path / ".out.")
     assert child.returncode == status, err
     assert err == (
         f"nnx: {how}: nothing was written ({out} is as it was; the export writes its output whole "

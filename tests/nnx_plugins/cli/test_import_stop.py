@@ -43,6 +43,18 @@ def wait_for(process: subprocess.Popen, word: str, seconds: float = 60) -> None:
     pytest.fail(f"the child never said {word}")
 
 
+def stop_when_ready(child: subprocess.Popen, sent: int, temporary: pathlib.Path) -> str:
+    """Once ``child`` says READY (its temporary output, a name starting as ``temporary``, is
+    there), send it ``sent``; its stderr when it has ended."""
+    try:
+        wait_for(child, "READY")
+        assert [p for p in temporary.parent.iterdir() if p.name.startswith(temporary.name)]
+        child.send_signal(sent)
+        return child.communicate(timeout=60)[1]
+    finally:
+        child.kill()
+
+
 def command(*argv: str) -> str:
     return f"""
         import sys
@@ -72,13 +84,7 @@ def test_a_stopped_import_says_so_in_one_line_and_leaves_nothing(tmp_path, sent,
     out = tmp_path / "out"
     argv = ("import", "hf", str(FIXTURES / "llama"), "--out", str(out))
     child = start(BLOCKED_WRITE, command(*argv), cwd=tmp_path)
-    try:
-        wait_for(child, "READY")
-        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.tmp-")]
-        child.send_signal(sent)
-        _, err = child.communicate(timeout=60)
-    finally:
-        child.kill()
+    err = stop_when_ready(child, sent, tmp_path / ".out.tmp-")
     assert child.returncode == status, err
     assert err == (
         f"nnx: {how}: nothing was written ({out} is as it was; the import writes its output whole "
