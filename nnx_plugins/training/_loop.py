@@ -219,7 +219,8 @@ def train(
         sync("nnx-run-directory")  # (the others wait until process 0 holds the directory)
         check_new_run(plan.run_dir, plan.ckpt_dir, resume)
         try:
-            _save_resolved_config(config, plan.run_dir, main)
+            if not resume:  # (a resumed run's, once its checkpoint is found to fit)
+                _save_resolved_config(config, plan.run_dir, main)
             model, optimizer = setup(plan, layout, variables=len(list(check.state.flat_state())))
         except BaseException:  # (refused before a step, e.g. by checkpoint.init_from)
             if created:
@@ -243,6 +244,8 @@ def train(
             if layout is not None:
                 bar.print(memory_line(memory))
             start = resume_run(plan, run, bar) if resume else 0
+            if resume:
+                _save_resolved_config(config, plan.run_dir, main)
             run.step = start
             # (a checkpoint past stop_at or the total, or a run a callback ended: nothing left)
             end = max(plan.total if stop_at is None else min(stop_at, plan.total), start)

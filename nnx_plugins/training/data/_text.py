@@ -489,10 +489,13 @@ class TextDataset(Dataset):
 
     def state(self) -> dict[str, Any]:
         if self.tokenizer is not None:
-            return {"level": "tokenizer", "tokenizer": dict(self.tokenizer)}
+            spec = dict(self.tokenizer)
+            return {"level": "tokenizer", "tokenizer": spec, "vocab_size": self._vocab_size}
         return self.vocabulary.state()
 
     def check_state(self, saved: Mapping[str, Any]) -> str | None:
+        if self.tokenizer is not None or saved.get("level") == "tokenizer":
+            return self._tokenizer_problem(saved)
         mine = self.vocabulary
         if saved.get("level") != mine.level:
             return (
@@ -513,5 +516,42 @@ class TextDataset(Dataset):
                 f"differs from this text's ({mine.size}): "
                 f"{', '.join(changes) or 'a different order'}. Token ids would mean other "
                 "characters: train on the same text, or use data.level: bytes."
+            )
+        return None
+
+    def _tokenizer_problem(self, saved: Mapping[str, Any]) -> str | None:
+        """Why a checkpoint's text state does not fit, where either side reads text with a
+        tokenizer: token ids mean what they meant only under the same tokenizer (its file may
+        move: the type and the vocabulary size are compared)."""
+        level = saved.get("level")
+        theirs = saved.get("tokenizer")
+        theirs = dict(theirs) if isinstance(theirs, Mapping) else {}
+        named = repr(theirs.get("path", theirs.get("type")))
+        if self.tokenizer is None:
+            return (
+                f"the checkpoint was trained on text read with the tokenizer {named} "
+                f"(type {theirs.get('type')!r}); this config has no tokenizer section, so it "
+                f"reads the text as {self.level}: add the run's tokenizer section back "
+                "(tokenizer: {type: hf, path: tokenizer.json})."
+            )
+        mine = repr(self.tokenizer.get("path", self.tokenizer.get("type")))
+        if level != "tokenizer":
+            return (
+                f"the checkpoint was trained on text read as {level} (no tokenizer); this "
+                f"config reads it with the tokenizer {mine}: remove the config's tokenizer "
+                f"section to read it as {level} again."
+            )
+        if theirs.get("type") != self.tokenizer.get("type"):
+            return (
+                f"the checkpoint was trained with a tokenizer of type {theirs.get('type')!r} "
+                f"({named}); this config's is of type {self.tokenizer.get('type')!r} ({mine}): "
+                "give the run's tokenizer section."
+            )
+        size = saved.get("vocab_size")
+        if isinstance(size, int) and size != self._vocab_size:
+            return (
+                f"the checkpoint was trained with a tokenizer of {size:,} token ids ({named}); "
+                f"this config's tokenizer {mine} has {self._vocab_size:,}: token ids would "
+                "mean other tokens. Give the run's tokenizer.json."
             )
         return None

@@ -2,16 +2,19 @@
 the imported weights (checkpoint.init_from), LoRA adapters declared by overrides train alone,
 and the result exports back to transformers' names with the adapters merged."""
 
+import re
 import shutil
 
 import numpy as np
 import pytest
+import yaml
 from safetensors.numpy import load_file
 
 import nnx_core as nnx
 import nnx_plugins
 from nnx_layers import LoRAParam
 from nnx_plugins.cli._main import main
+from nnx_plugins.training._run_dir import LOCK_NAME as LOCK
 
 NOTES = "The quick brown fox jumps over the lazy dog. Once upon a time there was a model. " * 8
 
@@ -77,3 +80,39 @@ def test_the_fine_tuned_model_exports_to_transformers_with_the_adapters_merged(
     exported = load_file(str(tmp_path / "out" / "model.safetensors"))
     base = nnx_plugins.load(destination / "checkpoint").blocks.block.mlp.up.kernel.value
     assert not np.array_equal(exported["model.layers.0.mlp.up_proj.weight"], np.asarray(base[0]).T)
+
+
+@pytest.fixture
+def tuned_copy(tuned, tmp_path):
+    """A copy of the fine-tuned run directory (resuming changes it)."""
+    run = tmp_path / "run"
+    shutil.copytree(tuned[1], run)
+    return run
+
+
+def test_a_run_read_with_a_tokenizer_resumes_and_its_checkpoint_evaluates(tuned_copy):
+    # (both refused with "set data.level: tokenizer", a value no config takes)
+    config = str(shutil.copy(tuned_copy / "config.yaml", tuned_copy.parent / "config.yaml"))
+    argv = ["train", config, "train.steps=4", "--run-dir", str(tuned_copy), "--resume"]
+    assert main([*argv, "--no-progress"]) == 0
+    assert nnx_plugins.load(tuned_copy / "checkpoints").blocks.block.attention is not None
+    assert (tuned_copy / "checkpoints" / "step_00000004").is_dir()
+    assert main(["eval", config, "--checkpoint", str(tuned_copy / "checkpoints")]) == 0
+
+
+def test_a_resume_without_the_tokenizer_is_refused_and_leaves_the_run_as_it_was(tuned_copy, capsys):
+    config = yaml.safe_load((tuned_copy / "config.yaml").read_text(encoding="utf-8"))
+    del config["tokenizer"], config["data"]["tokenizer"]  # (the resolved config has both)
+    edited = tuned_copy.parent / "no-tokenizer.yaml"
+    edited.write_text(yaml.safe_dump(config), encoding="utf-8")
+    files = lambda: {  # noqa: E731 - (the lock file records who holds it, and when)
+        p: p.read_bytes() for p in tuned_copy.rglob("*") if p.is_file() and p.name != LOCK
+    }
+    before = files()
+    argv = ["train", str(edited), "train.steps=5", "--run-dir", str(tuned_copy), "--resume"]
+    assert main([*argv, "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert re.search(r"trained on text read with the tokenizer '.*tokenizer\.json'", err), err
+    assert "this config has no tokenizer section" in err and "add the run's tokenizer" in err
+    # (the resolved config.yaml was rewritten with steps: 5 before the checkpoint was read)
+    assert files() == before

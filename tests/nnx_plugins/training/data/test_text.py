@@ -1,6 +1,8 @@
 """The text dataset: files, folders, globs and the standard library as token windows."""
 
 import os
+import pathlib
+import re
 import sysconfig
 
 import numpy as np
@@ -55,6 +57,42 @@ def test_characters_vocabulary_and_its_check(tmp_path):
     assert "this data reads it as bytes; set data.level: characters" in TextDataset(
         str(tmp_path / "b.txt"), seq_len=4
     ).check_state(data.state())
+
+
+def test_a_tokenizer_is_part_of_the_state_a_checkpoint_is_checked_against(tmp_path):
+    hf = pathlib.Path(__file__).parents[3] / "fixtures" / "hf"
+    path = write(tmp_path / "a.txt", TEXT)
+
+    def read_with(model):
+        spec = model and {"type": "hf", "path": str(hf / model / "tokenizer.json")}
+        return TextDataset(path, seq_len=4, tokenizer=spec)
+
+    llama, bert, raw = read_with("llama"), read_with("bert"), read_with(None)
+    saved = llama.state()
+    assert saved["level"] == "tokenizer" and saved["vocab_size"] == 320
+    assert llama.check_state(saved) is None  # (refused: "set data.level: tokenizer")
+    moved = {**saved, "tokenizer": {**saved["tokenizer"], "path": "elsewhere/tokenizer.json"}}
+    assert llama.check_state(moved) is None  # (the same tokenizer, its file moved)
+    assert llama.check_state({k: v for k, v in saved.items() if k != "vocab_size"}) is None
+    assert re.search(
+        r"tokenizer of 320 token ids \('.*llama/tokenizer.json'\); this config's tokenizer "
+        r"'.*bert/tokenizer.json' has 200: token ids would mean other tokens",
+        bert.check_state(saved),
+    )
+    assert re.search(
+        r"trained on text read with the tokenizer '.*llama/tokenizer.json' \(type 'hf'\); "
+        r"this config has no tokenizer section, so it reads the text as bytes",
+        raw.check_state(saved),
+    )
+    assert re.search(
+        r"trained on text read as bytes \(no tokenizer\); this config reads it with the "
+        r"tokenizer '.*llama/tokenizer.json': remove the config's tokenizer section",
+        llama.check_state(raw.state()),
+    )
+    other = {**saved, "tokenizer": {"type": "sentencepiece", "path": "t.model"}}
+    assert "a tokenizer of type 'sentencepiece' ('t.model'); this config's is of type 'hf'" in (
+        llama.check_state(other)
+    )
 
 
 def test_vocabulary_round_trips_and_refuses_unknown_characters():
