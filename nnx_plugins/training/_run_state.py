@@ -60,9 +60,16 @@ def resume(plan: Plan, run: Run, bar: Progress) -> int:
     held = {name for name in nodes if any(k.startswith(name + "/") for k in manifest["entries"])}
     for name in sorted(set(nodes) - held):
         bar.print(f"note: {latest} has no {name} state; it starts from the current weights.")
+    saved, now = manifest.get("config") or {}, plan.config.to_dict()
+    saved = saved if isinstance(saved, dict) else {}
+    changed = [
+        k for k in ("model", "optimizer", "data", "task") if k in saved and saved[k] != now.get(k)
+    ]
     try:
         load(latest, into=run.model, optimizer=run.optimizer, extra={n: nodes[n] for n in held})
     except CheckpointError as error:
+        if changed:  # (not a damaged checkpoint: another config)
+            raise _under_another_config(error, saved, now, changed) from None
         raise _with_way_back(error, plan, latest) from None
     _restore_callbacks(plan.parts, facts.get("callbacks"))
     step = int(manifest["step"] or 0)
@@ -70,16 +77,49 @@ def resume(plan: Plan, run: Run, bar: Progress) -> int:
     run.stopped_by = stopped if isinstance(stopped, str) else None
     bar.print(f"resumed from {latest} (step {step})")
     _note_another_best(plan, bar)
-    saved, now = manifest.get("config") or {}, plan.config.to_dict()
-    changed = [
-        k for k in ("model", "optimizer", "data", "task") if k in saved and saved[k] != now.get(k)
-    ]
     if changed:
         bar.print(
             f"note: the {', '.join(changed)} section(s) differ from the checkpoint's config; "
             "the run continues with the new ones and will not match an uninterrupted run."
         )
     return step
+
+
+SHOWN_PROBLEMS = 5
+"""The problems of a checkpoint written under another config shown (the rest counted)."""
+
+
+def _under_another_config(
+    error: CheckpointError, saved: dict[str, Any], now: dict[str, Any], changed: list[str]
+) -> CheckpointError:
+    """``error`` of a checkpoint that does not fit because the config changed: the first
+    change named first, the problems it caused cut to `SHOWN_PROBLEMS`."""
+    section = changed[0]
+    path, before, after = _first_change(saved[section], now.get(section), section)
+    rest = len(error.problems) - SHOWN_PROBLEMS
+    return CheckpointError(
+        error.directory,
+        [
+            f"this config's {', '.join(changed)} section(s) differ from the config the run's "
+            f"checkpoints were written with ({path}: {before!r} in the run's, {after!r} in "
+            "this one), and the checkpoint does not fit the new ones. A run resumes under its "
+            "own config: put the run's values back (its config.yaml has them), or train into a "
+            "new --run-dir (checkpoint.init_from starts one from this checkpoint's weights).",
+            *error.problems[:SHOWN_PROBLEMS],
+            *([f"... and {rest} more"] if rest > 0 else []),
+        ],
+    )
+
+
+def _first_change(saved: Any, now: Any, path: str) -> tuple[str, Any, Any]:
+    """The dotted path of the first value that differs between ``saved`` and ``now`` (both
+    at ``path``), and the two values there."""
+    while isinstance(saved, dict) and isinstance(now, dict):
+        keys = [k for k in dict.fromkeys([*saved, *now]) if saved.get(k) != now.get(k)]
+        if not keys:
+            break
+        path, saved, now = f"{path}.{keys[0]}", saved.get(keys[0]), now.get(keys[0])
+    return path, saved, now
 
 
 def _with_way_back(error: CheckpointError, plan: Plan, latest: pathlib.Path) -> CheckpointError:

@@ -116,3 +116,19 @@ def test_a_resume_without_the_tokenizer_is_refused_and_leaves_the_run_as_it_was(
     assert "this config has no tokenizer section" in err and "add the run's tokenizer" in err
     # (the resolved config.yaml was rewritten with steps: 5 before the checkpoint was read)
     assert files() == before
+
+
+def test_a_resume_under_other_trained_variables_names_the_change_first(tuned_copy, capsys):
+    # (before: 49 lines of optimizer.opt_state shapes, and "rename it as damaged")
+    config = str(shutil.copy(tuned_copy / "config.yaml", tuned_copy.parent / "config.yaml"))
+    argv = ["train", config, "optimizer.trainable=[Param]", "--run-dir", str(tuned_copy)]
+    assert main([*argv, "--resume", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert re.search(
+        r"this config's optimizer section\(s\) differ from the config the run's checkpoints were "
+        r"written with \(optimizer\.trainable: \['LoRAParam'\] in the run's, \['Param'\] in this "
+        r"one\).*put the run's values back.*or train into a new --run-dir",
+        err,
+    ), err
+    assert re.search(r"\.\.\. and \d+ more", err) and "damaged" not in err
+    assert len(err.splitlines()) <= 8
