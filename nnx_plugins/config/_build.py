@@ -205,7 +205,10 @@ def build(config: Any, *, rngs: Any = None, registry: Registry | None = None) ->
 
 
 def located(config: Config) -> Source:
-    """The positions of a loaded config's values, read again from its file (none for a dict)."""
+    """The positions of a loaded config's values: those it was loaded with (its overrides
+    located at themselves), else read again from its file (none for a dict)."""
+    if config._source is not None:
+        return config._source
     if os.path.isfile(config.source):
         try:
             return source_from(config.source)

@@ -259,3 +259,21 @@ def test_validate_reads_an_overridden_data_path_from_the_current_directory(
     assert "float32[2,4] -> float32[2,3] from the data (mine.npz" in out
     code, _, err = run(capsys, "config", "validate", "model/c.yaml")
     assert code == 1 and "no such file" in err and "elsewhere.npz" in err
+
+
+def test_a_problem_of_an_overridden_value_is_located_at_the_override(capsys, tmp_path, monkeypatch):
+    # (it was located at the line of the file's value that the override replaced)
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "model: {type: Embed, num_embeddings: 256, features: 4}\n"
+        "task: {type: language_model}\n"
+        "data: {type: text, path: notes.txt, seq_len: 8}\n"
+        "train: {batch_size: 2}\n"
+    )
+    (tmp_path / "empty.txt").write_text("")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "config", "validate", str(path), "data.path=empty.txt")
+    assert code == 1
+    assert "<override data.path=empty.txt>:1:11: data.path: " in err, err
+    assert "holds no text" in err
+    assert "c.yaml:3" not in err
