@@ -5,8 +5,10 @@ to transformers.
 loads with ``jax.export.deserialize`` and runs without nnx; ``hf`` writes a directory
 transformers loads (a model of ``nnx import hf``, LoRA adapters merged). Each export writes its
 output whole or not at all and never replaces an existing path; stopped by Ctrl-C or SIGTERM
-it says so in one line and exits 130 or 143, its output whole or absent. jax is imported inside
-the handlers only, so the listing commands stay fast.
+it says so in one line and exits 130 or 143, its output whole or absent. A report that cannot
+be printed once the output is whole (stdout on a full disk, a closed pipe) is one line on
+stderr saying so, exit 1; the output stays. jax is imported inside the handlers only, so the
+listing commands stay fast.
 
 Example:
     >>> from nnx_plugins.cli._main import build_parser
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import NnxError
+from .._text import os_problem
 from ._checkpoint import CHECKPOINT_OPTION, resolve_checkpoint
 from ._config import one_file
 from ._output import add_command, report
@@ -79,11 +82,11 @@ def _write_jax(args: argparse.Namespace) -> int:
         input_shape=args.input_shape,
         input_dtype=args.input_dtype,
     )
-    print(
+    return _said(
         f"wrote {result.path} ({result.size / 2**20:.1f} MiB): {result.inputs} -> "
-        f"{result.outputs}; run it with jax.export.deserialize(open(path, 'rb').read()).call(x)"
+        f"{result.outputs}; run it with jax.export.deserialize(open(path, 'rb').read()).call(x)",
+        result.path,
     )
-    return 0
 
 
 def _write_hf(args: argparse.Namespace) -> int:
@@ -101,12 +104,31 @@ def _write_hf(args: argparse.Namespace) -> int:
     chosen = resolve_checkpoint(args.checkpoint, load_train_config(config))
     result = export_hf(config, checkpoint=chosen.path, out=args.out, hf_config=args.hf_config)
     merged = f", {result.adapters} LoRA projections merged" if result.adapters else ""
-    print(
+    return _said(
         f"wrote {result.directory}: {result.architecture}, {result.tensors} tensors "
         f"({result.size / 2**20:.1f} MiB){merged}; load it with transformers' "
-        f"{result.auto_class}.from_pretrained"
+        f"{result.auto_class}.from_pretrained",
+        result.directory,
     )
-    return 0
+
+
+def _said(text: str, out: Any) -> int:
+    """Print the report of the export written whole at ``out``: 0. One that cannot be printed
+    (stdout on a full disk, a pipe closed by its reader, a closed stdout) is one line on stderr
+    saying that ``out`` is complete all the same: 1."""
+    try:
+        print(text, flush=True)
+    except OSError as error:
+        problem = os_problem(error)
+    except ValueError:  # (print on a closed sys.stdout)
+        problem = "it is closed"
+    else:
+        return 0
+    report(
+        f"nnx: error: {out} was written whole (it is complete), but the report of it could not "
+        f"be printed on stdout: {problem}."
+    )
+    return 1
 
 
 def _common(parser: argparse.ArgumentParser, out: str) -> None:

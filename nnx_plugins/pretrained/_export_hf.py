@@ -8,8 +8,10 @@ compute them); the family's converter table, read backwards, gives transformers'
 are written one at a time to ``model.safetensors``. The transformers ``config.json`` is the one
 ``nnx import hf`` kept beside ``config.yaml`` (or ``hf_config``): the model must still have the
 shapes it describes (fine-tuning changes weights and adds adapters, not sizes). The
-``generation_config.json`` and tokenizer files beside the config are copied too. The output
-directory appears whole or not at all.
+``generation_config.json`` and tokenizer files beside ``config.json`` are copied too, each
+checked first: a regular file of that folder (a symlink leading out of it is refused), within
+the size its reader takes, and what transformers reads; one that is not is refused, never left
+out. The output directory appears whole or not at all.
 
 Example:
     >>> import json, os, tempfile
@@ -36,7 +38,7 @@ import dataclasses
 import json
 import os
 import pathlib
-import shutil
+import stat
 import struct
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -46,20 +48,28 @@ import numpy as np
 import nnx_core as nnx
 from nnx_layers import LoRALinear, LoRAParam
 
-from .._files import open_regular
+from .._files import NotRegularFile, file_kind, read_regular
 from .._stopping import check
 from .._text import os_problem
 from ..config._build import build
 from ..training._config import load_train_config
+from ..training.data._tokenizers import MAX_TOKENIZER_BYTES, HFTokenizer, TokenizerError
 from ._convert import Rule, backward, path_text, table_rows
 from ._errors import PretrainedError
 from ._exporting import ExportError, new_output, trained_model, write_directory
 from ._import import find_converter
-from ._source import CONFIG, GENERATION, read_json
+from ._source import (
+    CONFIG,
+    GENERATION,
+    MAX_JSON_BYTES,
+    TOKENIZER,
+    TOKENIZER_CONFIG,
+    read_json,
+)
 
 __all__ = ["HfExport", "export_hf"]
 
-_COPIED = (GENERATION, "tokenizer.json", "tokenizer_config.json")
+_COPIED = (GENERATION, TOKENIZER, TOKENIZER_CONFIG)
 _AUTO = {
     "ForCausalLM": "AutoModelForCausalLM",
     "LMHeadModel": "AutoModelForCausalLM",
@@ -130,8 +140,11 @@ def export_hf(
         CheckpointError: the checkpoint is missing, corrupt or does not fit the model.
         PretrainedError: no ``config.json``, or one that cannot be read; its architecture has
             no converter, or the converter refuses one of its values; a
-            ``generation_config.json`` or ``tokenizer_config.json`` beside it that is not a JSON
-            object (transformers would not load the output).
+            ``generation_config.json``, ``tokenizer.json`` or ``tokenizer_config.json`` beside
+            it that is not a regular file of that folder (a device, a FIFO, a folder, a symlink
+            leading out of the folder), is too large, or is not what transformers reads (a JSON
+            object; a tokenizer the tokenizers library reads): transformers would not load the
+            output, or the file is not the model's.
         ExportError: ``out`` exists or cannot be written; the model does not have the shapes
             ``config.json`` describes (each differing parameter named).
     """
@@ -160,8 +173,8 @@ def export_hf(
         nonlocal size
         size = _write_safetensors(folder / "model.safetensors", rows, state)
         (folder / CONFIG).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-        for side in sides:
-            _copy(side, folder / side.name)
+        for name, data in sides:
+            (folder / name).write_bytes(data)
 
     write_directory(path, fill)
     return HfExport(path, architecture, len(rows), adapters, size)
@@ -173,7 +186,7 @@ def _hf_config_path(config: Any, given: str | os.PathLike[str] | None) -> pathli
     source = getattr(config, "source", "<dict>")
     if os.path.isfile(source):
         beside = pathlib.Path(source).absolute().parent / CONFIG
-        if beside.is_file():
+        if os.path.lexists(beside):  # (one that is not a regular file is refused as it is)
             return beside
         hint = f"there is no {CONFIG} beside {source}"
     else:
@@ -265,38 +278,77 @@ def _converted(
     return dict(made), rows
 
 
-def _side_files(folder: pathlib.Path) -> list[pathlib.Path]:
-    """The generation config and tokenizer files beside config.json to copy; the JSON ones
-    checked to be JSON objects (transformers refuses to load a directory with a broken one).
+def _side_files(folder: pathlib.Path) -> list[tuple[str, bytes]]:
+    """The generation config and tokenizer files beside config.json, read to be copied (name,
+    bytes). A file there that cannot be copied as transformers reads it is refused, never left
+    out silently: each must be a regular file of ``folder`` (a symlink leading out of it is
+    not copied: an export writes that folder's files, not what a link names), within the size
+    its reader takes (`MAX_JSON_BYTES`, `MAX_TOKENIZER_BYTES`), and what transformers reads
+    (the JSON ones a JSON object, ``tokenizer.json`` a tokenizer the tokenizers library reads).
 
     Raises:
-        PretrainedError: one cannot be read, or is not a JSON object.
+        PretrainedError: one of them is not a regular file, leads out of ``folder``, is too
+            large, cannot be read, or is not what transformers reads (the file named).
     """
     found = []
     for name in _COPIED:
         side = folder / name
-        if not side.is_file():
+        if not os.path.lexists(side):
             continue
-        if name in (GENERATION, "tokenizer_config.json"):
-            try:
-                read_json(side, name)
-            except PretrainedError as error:
-                raise PretrainedError(
-                    error.where, error.problem + "; fix or remove it", action="export"
-                ) from None
-        found.append(side)
+        limit = MAX_TOKENIZER_BYTES if name == TOKENIZER else MAX_JSON_BYTES
+        data = _read_side(side, folder, limit)
+        _check_side(side, name)
+        found.append((name, data))
     return found
 
 
-def _copy(source: pathlib.Path, target: pathlib.Path) -> None:
-    """Copy a side file; a failure to read it is said as that file's, not as the output's."""
+def _read_side(side: pathlib.Path, folder: pathlib.Path, limit: int) -> bytes:
+    """The bytes of the side file ``side``, a regular file of ``folder`` of at most ``limit``
+    bytes (see `_side_files`)."""
+    link = f" (a symlink to {os.readlink(side)})" if side.is_symlink() else ""
     try:
-        reading = open_regular(source)
-    except (OSError, ValueError) as error:
-        problem = os_problem(error) if isinstance(error, OSError) else str(error)
-        raise PretrainedError(source, f"cannot be read: {problem}", action="export") from None
-    with reading, open(target, "wb") as writing:
-        shutil.copyfileobj(reading, writing)
+        mode = os.stat(side).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(file_kind(mode))
+        if link and side.resolve().parent != folder.resolve():
+            problem = (
+                f"is a symlink to {os.readlink(side)}, leading out of its folder {folder}: an "
+                "export copies that folder's own files only. Put the file itself there, or "
+                "remove the link"
+            )
+        else:
+            return read_regular(side, limit)
+    except NotRegularFile as error:
+        problem = (
+            f"is not a regular file: it is {error.kind}{link}. Put the file itself there, or "
+            "remove it"
+        )
+    except OSError as error:
+        problem = f"cannot be read{link}: {os_problem(error)}"
+    except ValueError as error:  # (over the limit)
+        problem = (
+            f"{error} (the most a {side.name} may have); it is not a file transformers wrote: "
+            "fix or remove it"
+        )
+    raise PretrainedError(side, problem, action="export") from None
+
+
+def _check_side(side: pathlib.Path, name: str) -> None:
+    """Refuse a side file that transformers would not load: a JSON config that is not a JSON
+    object, a tokenizer.json the tokenizers library does not read."""
+    if name == TOKENIZER:
+        try:
+            _ = HFTokenizer(str(side)).vocab_size  # (read and parsed: the check)
+        except TokenizerError as error:
+            problem = error.message.removeprefix(f"{side}: ")
+            raise PretrainedError(side, problem, action="export") from None
+        return
+    try:
+        read_json(side, name)
+    except PretrainedError as error:
+        raise PretrainedError(
+            error.where, error.problem + "; fix or remove it", action="export"
+        ) from None
 
 
 def _check_shapes(made: Mapping[str, Any], state: Mapping[str, Any], where: pathlib.Path) -> None:

@@ -9,8 +9,10 @@ without nnx installed.
 The input is token ids ``int32[b, t]`` for a ``language_model`` task, else ``(batch, *one
 example)`` of the config's ``data`` section (``float32[b, 8, 8, 1]`` for the digits images), or
 ``input_shape``: every axis a size or a name (jax's symbolic shape syntax: ``"b, 128"``,
-``"1, 8, 8, 1"``). A symbolic
-length is bounded by the model's maximum length where a layer has one (`PositionEmbed`).
+``"1, 8, 8, 1"``), each size at most `MAX_AXIS`. A symbolic length is bounded by the model's
+maximum length where a layer has one (`PositionEmbed`). The dtype must be one jax keeps (not
+``int64`` without ``jax_enable_x64``) and, for token ids, hold every id of the model's
+vocabulary.
 
 Example:
     >>> import pathlib, tempfile
@@ -47,11 +49,15 @@ from ..config._load import load_config
 from ..training._config import load_train_config
 from ._exporting import ExportError, new_output, trained_model, write_file
 
-__all__ = ["JaxExport", "export_jax", "ARTIFACT_LIMIT"]
+__all__ = ["JaxExport", "export_jax", "ARTIFACT_LIMIT", "MAX_AXIS"]
 
 ARTIFACT_LIMIT = 2**31 - 2**24
 """The most bytes of weights an artifact holds: a serialized `jax.export.Exported` is one
 flatbuffer, whose offsets are 32-bit (2 GiB), with some room left for the program."""
+
+MAX_AXIS = 2**31 - 1
+"""The largest size an axis of the input may be given: jax indexes with 32-bit integers
+(without ``jax_enable_x64``), so no input could have a longer axis."""
 
 _DTYPES = ("float32", "float16", "bfloat16", "int32", "int64", "uint8", "bool")
 
@@ -81,6 +87,7 @@ class _Input:
     dtype: str
     origin: str
     sample: tuple[int, ...]  # concrete sizes to try when a symbolic trace fails
+    guessed: tuple[int, ...] = ()  # the axes whose sample size nnx made up (no data gives it)
 
 
 def export_jax(
@@ -111,9 +118,11 @@ def export_jax(
         ConfigError: the config is invalid.
         CheckpointError: the checkpoint is missing, corrupt or does not fit the model.
         ExportError: ``out`` exists or cannot be written; the input is unknown or
-            ``input_shape`` malformed or of the wrong rank; the model does not trace with a
-            symbolic axis (named, with the ``input_shape`` that fixes it) or cannot run on the
-            input; the weights pass `ARTIFACT_LIMIT`.
+            ``input_shape`` malformed, of the wrong rank or with a size past `MAX_AXIS`;
+            ``input_dtype`` is one jax narrows (``int64`` without ``jax_enable_x64``) or
+            cannot hold the model's token ids; the model does not trace with a symbolic axis
+            (named, with the ``input_shape`` that fixes it) or cannot run on the input; the
+            weights pass `ARTIFACT_LIMIT`.
     """
     path = new_output(out, file=True)
     written = load_config(config)
@@ -122,6 +131,7 @@ def export_jax(
     wanted = _input(described, input_shape, input_dtype)
     model, _ = trained_model(loaded, checkpoint)
     _check_size(model)
+    _check_ids(model, wanted)
     check()  # (a stop whose own raise was lost: before the trace, the longest step)
     exported = _export(model, wanted)
     check()
@@ -141,8 +151,14 @@ def _described_input(loaded: Any) -> _Input | None:
     task, data = loaded.sections.get("task"), loaded.sections.get("data")
     if task is not None and task.type == "language_model":
         length = data.arguments.get("seq_len") if data is not None else None
-        sample = length if isinstance(length, int) and length > 0 else 8
-        return _Input(("b", "t"), "int32", "the language_model task (token ids)", (2, sample))
+        given = isinstance(length, int) and length > 0
+        return _Input(
+            ("b", "t"),
+            "int32",
+            "the language_model task (token ids)",
+            (2, length if given else 8),
+            (0,) if given else (0, 1),
+        )
     spec = data.data_spec(loaded) if data is not None else None
     if spec is None:
         return None
@@ -150,8 +166,8 @@ def _described_input(loaded: Any) -> _Input | None:
     axes: list[int | str] = ["b", *example.shape]
     if len(example.shape) == 1 and np.issubdtype(example.dtype, np.integer):
         axes[1] = "t"  # (a sequence of token ids: any length)
-    dtype = np.dtype(example.dtype).name
-    return _Input(tuple(axes), dtype, spec.origin, (2, *example.shape))
+    dtype = np.dtype(jax.dtypes.canonicalize_dtype(example.dtype)).name  # (what jax will take)
+    return _Input(tuple(axes), dtype, spec.origin, (2, *example.shape), (0,))
 
 
 def _input(
@@ -159,6 +175,13 @@ def _input(
 ) -> _Input:
     if dtype is not None and dtype not in _DTYPES:
         raise ExportError(f"input_dtype {dtype!r} is not one of {', '.join(_DTYPES)}.")
+    kept = None if dtype is None else np.dtype(jax.dtypes.canonicalize_dtype(dtype)).name
+    if kept != dtype:
+        raise ExportError(
+            f"input_dtype {dtype}: jax runs without 64-bit types here (jax_enable_x64 is off), "
+            f"so the artifact would take {kept} in its place. Give --input-dtype {kept} "
+            f"(input_dtype='{kept}'), or set JAX_ENABLE_X64=1 to keep {dtype}."
+        )
     if shape is None:
         if described is None:
             raise ExportError(
@@ -183,25 +206,42 @@ def _input(
         else (described.sample[i] if described else 2 if i == 0 else 8)
         for i, axis in enumerate(axes)
     )
+    guessed = tuple(
+        i
+        for i, axis in enumerate(axes)
+        if isinstance(axis, str) and (described is None or i in described.guessed)
+    )
     origin = f"--input-shape {_spell_axes(axes)}"
     default = described.dtype if described is not None else "float32"
-    return _Input(axes, dtype or default, origin, sample)
+    return _Input(axes, dtype or default, origin, sample, guessed)
 
 
 def _parse_shape(shape: str | Sequence[int | str]) -> tuple[int | str, ...]:
     parts = shape.split(",") if isinstance(shape, str) else list(shape)
     axes: list[int | str] = []
-    for part in parts:
+    for index, part in enumerate(parts):
         text = part.strip() if isinstance(part, str) else ""
-        if isinstance(part, int) and not isinstance(part, bool) and part >= 1:
-            axes.append(part)
-        elif text.isdigit() and int(text) >= 1:
-            axes.append(int(text))
+        if isinstance(part, int) and not isinstance(part, bool):
+            size: int | None = part
+        elif text.isascii() and text.isdigit():  # (not "²": a digit int() does not read)
+            size = int(text) if len(text.lstrip("0")) <= len(str(MAX_AXIS)) else None
         elif text.isidentifier() and len(text) <= 32:
             axes.append(text)
+            continue
         else:
             axes = []
             break
+        if size is None or size > MAX_AXIS:
+            raise ExportError(
+                f"input_shape {str(shape)[:80]!r}: axis {index} is {_shown_size(part)}, more "
+                f"than {MAX_AXIS:,} (2**31-1), the most an axis may have: jax indexes with "
+                f"32-bit integers (without jax_enable_x64), so no input could have it. Give a "
+                f"smaller size, or a name for a symbolic size (e.g. b)."
+            )
+        if size < 1:
+            axes = []
+            break
+        axes.append(size)
     if not axes or len(axes) > 8:
         raise ExportError(
             f"input_shape {str(shape)[:80]!r} is not a shape: give 1 to 8 axes separated by "
@@ -209,6 +249,44 @@ def _parse_shape(shape: str | Sequence[int | str]) -> tuple[int | str, ...]:
             f"or 1,8,8,1)."
         )
     return tuple(axes)
+
+
+def _shown_size(part: int | str) -> str:
+    """A size too large to take, as said: whole if short, else its first digits and length."""
+    if isinstance(part, int) and part.bit_length() > 80:  # (str() of a huge int may fail)
+        return f"an integer of {part.bit_length()} bits"
+    text = str(part).strip()
+    return text if len(text) <= 24 else f"{text[:20]}... ({len(text)} digits)"
+
+
+def _check_ids(model: Any, wanted: _Input) -> None:
+    """Refuse an integer (or bool) input dtype that cannot hold every token id of the model."""
+    dtype = np.dtype(wanted.dtype)
+    count = _token_count(model)
+    if dtype.kind not in "iub" or count is None:
+        return
+    top = 1 if dtype.kind == "b" else int(np.iinfo(dtype).max)
+    if top < count - 1:
+        raise ExportError(
+            f"input_dtype {wanted.dtype} holds the ids 0 to {top}, but the model has {count} "
+            f"tokens (ids 0 to {count - 1}): those past {top} could not be given. Give "
+            f"--input-dtype int32 (input_dtype='int32')."
+        )
+
+
+def _token_count(model: Any) -> int | None:
+    """How many token ids the model takes: the rows of a language model's ``embed``, else of
+    its first embedding table (in the order of ``nnx.state``); None without one."""
+    modules = [module for _, module in model.iter_modules()]
+    for module in modules:
+        rows = getattr(getattr(module, "embed", None), "num_embeddings", None)
+        if isinstance(rows, int):
+            return rows
+    for module in modules:
+        rows = getattr(module, "num_embeddings", None)
+        if isinstance(rows, int):
+            return rows
+    return None
 
 
 # -- tracing -----------------------------------------------------------------------------------
@@ -234,6 +312,7 @@ def _arrays(state: Any) -> list[Any]:
 def _export(model: Any, wanted: _Input) -> Any:
     """The traced model; on failure, the symbolic axis to blame and the input that fixes it."""
     limit = _max_length(model)
+    wanted = _with_model_sizes(model, wanted, limit)
     graphdef, state = nnx.split(model)
 
     def forward(x: jax.Array) -> Any:
@@ -248,6 +327,9 @@ def _export(model: Any, wanted: _Input) -> Any:
         _trace(forward, wanted.sample, wanted.dtype, limit)
     except Exception as error:  # noqa: BLE001 - the model cannot run on this input at all
         check()
+        unknown = [i for i in wanted.guessed if i > 0 and isinstance(wanted.axes[i], str)]
+        if unknown:  # (sizes nobody gave: said as guesses, and the axes to fix named)
+            raise ExportError(_unknown_sizes(wanted, unknown, error)) from None
         spelled = f"{wanted.dtype}[{_spell_axes(wanted.sample)}]"
         raise ExportError(
             f"the model cannot run on {spelled} (the input of {wanted.origin}): "
@@ -266,6 +348,61 @@ def _export(model: Any, wanted: _Input) -> Any:
         f"the model does not trace with a symbolic {named}: {type(failure).__name__}: "
         f"{_first_line(failure)} Fix {'that size' if len(blamed) == 1 else 'those sizes'} with "
         f"--input-shape {_spell_axes(fixed)} (input_shape='{_spell_axes(fixed)}')."
+    )
+
+
+def _with_model_sizes(model: Any, wanted: _Input, limit: int | None) -> _Input:
+    """``wanted`` with the sizes the model gives in place of guessed ones: an image model's
+    height and width (a layer's ``image_size``: NHWC input), a sequence no longer than its
+    ``max_length``."""
+    sample, guessed = list(wanted.sample), set(wanted.guessed)
+    image = _image_size(model)
+    if image is not None and len(sample) == 4:
+        for axis, size in zip((1, 2), image):
+            if axis in guessed:
+                sample[axis] = size
+                guessed.discard(axis)
+    if limit is not None and len(sample) == 2 and 1 in guessed:
+        sample[1] = min(sample[1], limit)
+    return dataclasses.replace(wanted, sample=tuple(sample), guessed=tuple(sorted(guessed)))
+
+
+def _image_size(model: Any) -> tuple[int, int] | None:
+    """The (height, width) a layer of the model takes (an `ImageClassifier`'s ``image_size``)."""
+    for _, module in model.iter_modules():
+        size = getattr(module, "image_size", None)
+        if isinstance(size, int) and not isinstance(size, bool):
+            return size, size
+        if (
+            isinstance(size, (tuple, list))
+            and len(size) == 2
+            and all(isinstance(s, int) and not isinstance(s, bool) for s in size)
+        ):
+            return size[0], size[1]
+    return None
+
+
+def _unknown_sizes(wanted: _Input, unknown: list[int], error: BaseException) -> str:
+    """The symbolic axes whose sizes nothing gives, named, with the sizes tried said as nnx's
+    guesses (the user never gave them) and the input_shape to give instead."""
+    one = len(unknown) == 1
+    named = " and ".join(_axis_name(wanted, i) for i in unknown)
+    tried = " and ".join(str(wanted.sample[i]) for i in unknown)
+    numbers = [str(a).upper() for i, a in enumerate(wanted.axes) if i in unknown]
+    shown = _spell_axes(  # (the other symbolic sizes but the batch's fixed: they may not trace)
+        [
+            str(a).upper() if i in unknown else wanted.sample[i] if i and isinstance(a, str) else a
+            for i, a in enumerate(wanted.axes)
+        ]
+    )
+    return (
+        f"the model does not trace with a symbolic {named}, and {tried}, the "
+        f"{'size' if one else 'sizes'} tried in {'its' if one else 'their'} place (no data "
+        f"section or layer of the model gives {'it' if one else 'them'}), "
+        f"{'does' if one else 'do'} not run either: {type(error).__name__}: "
+        f"{_first_line(error)} Give {named} the {'size' if one else 'sizes'} the model takes, "
+        f"e.g. --input-shape {shown} with {' and '.join(numbers)} "
+        f"{'a number' if one else 'numbers'}."
     )
 
 

@@ -67,10 +67,10 @@ def test_a_broken_config_beside_config_json_is_refused(copied, name, content, ma
 def test_a_side_file_that_cannot_be_read_is_named(copied, monkeypatch):
     """It was "cannot write OUT: permission denied ... free space or fix permissions"."""
 
-    def denied(path):
+    def denied(path, limit):
         raise PermissionError(errno.EACCES, "Permission denied", str(path))
 
-    monkeypatch.setattr("nnx_plugins.pretrained._export_hf.open_regular", denied)
+    monkeypatch.setattr("nnx_plugins.pretrained._export_hf.read_regular", denied)
     error = refused(
         copied, r"generation_config\.json: cannot be read: permission denied \(EACCES\)"
     )
