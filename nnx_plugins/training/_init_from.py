@@ -34,6 +34,7 @@ import nnx_core as nnx
 from nnx_layers import LoRAParam
 
 from .checkpoints._load import load
+from .checkpoints._manifest import read_manifest
 from .checkpoints._save import CheckpointError, latest_checkpoint
 
 __all__ = ["initialize", "start_from"]
@@ -71,10 +72,13 @@ def initialize(plan: Any, model: Any) -> bool:
     init_from = plan.config.sections["checkpoint"].init_from
     if init_from is None or latest_checkpoint(plan.ckpt_dir) is not None:
         return False
+    where = _located(plan.config, ("checkpoint", "init_from"))
     try:
+        _check_data(plan, read_manifest(init_from), where)
         load(init_from, into=model, allow_missing=LoRAParam)
+    except _DataDiffers as differs:
+        raise CheckpointError(differs.directory, differs.problems, action="start from") from None
     except CheckpointError as error:
-        where = _located(plan.config, ("checkpoint", "init_from"))
         first = (
             f"{where}the run starts from this checkpoint's weights: it must hold every "
             "Variable of the model but LoRAParam adapters (they start fresh)."
@@ -83,6 +87,25 @@ def initialize(plan: Any, model: Any) -> bool:
             error.directory, [first, *error.problems], action="start from"
         ) from None
     return True
+
+
+class _DataDiffers(CheckpointError):
+    """`_check_data`'s refusal (located already)."""
+
+
+def _check_data(plan: Any, manifest: dict[str, Any], where: str) -> None:
+    """Refuse a checkpoint trained on token ids that mean other tokens than this run's data
+    gives (another tokenizer, or none: the data's ``check_state`` of the checkpoint's record),
+    as a resume does."""
+    saved = (manifest.get("run") or {}).get("data")
+    if not isinstance(saved, dict):
+        return
+    problem = plan.parts.call(plan.parts.data, "check_state", saved)
+    if problem:
+        raise _DataDiffers(
+            manifest["directory"],
+            [f"{where}the run starts from this checkpoint's weights, but {problem}"],
+        )
 
 
 def _located(config: Any, path: tuple[str, ...]) -> str:

@@ -132,3 +132,24 @@ def test_a_resume_under_other_trained_variables_names_the_change_first(tuned_cop
     ), err
     assert re.search(r"\.\.\. and \d+ more", err) and "damaged" not in err
     assert len(err.splitlines()) <= 8
+
+
+def test_a_run_started_from_a_checkpoint_read_with_a_tokenizer_needs_that_tokenizer(
+    tuned, tmp_path, capsys
+):
+    # (it trained on bytes: ids 0-255 of a model whose ids mean the tokenizer's tokens)
+    config = yaml.safe_load((tuned[1] / "config.yaml").read_text(encoding="utf-8"))
+    del config["tokenizer"], config["data"]["tokenizer"]
+    config["checkpoint"]["init_from"] = str(tuned[1] / "checkpoints")
+    edited = tmp_path / "bytes.yaml"
+    edited.write_text(yaml.safe_dump(config), encoding="utf-8")
+    argv = ["train", str(edited), "--run-dir", str(tmp_path / "run"), "--no-progress"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert re.search(
+        r"bytes\.yaml:\d+:\d+: checkpoint\.init_from: the run starts from this checkpoint's "
+        r"weights, but the checkpoint was trained on text read with the tokenizer "
+        r"'.*tokenizer\.json' \(type 'hf'\); this config has no tokenizer section",
+        err,
+    ), err
+    assert not (tmp_path / "run").exists()
