@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib.metadata
 import os
 import platform
@@ -25,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .._text import suggest
+from .._text import os_problem, suggest
 from ..registry._errors import PluginError
 from . import _config, _export, _generate, _import, _names, _plugins, _predict, _run_parts, _train
 from ._config import usage_error
@@ -97,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.overrides += extra  # (KEY=VALUE after the options; the command checks each)
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    out = sys.stdout = _Stdout(sys.stdout)  # type: ignore[assignment]
     with plugin_warnings_as_lines():
         try:
             return int(args.handler(args))
@@ -105,6 +107,60 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:  # (`nnx train` says more itself: its checkpoints, --resume)
             report("nnx: interrupted.")
             return 130
+        except OSError as error:
+            if out.failed is None:
+                raise
+            return _output_lost(error, out.stream)
+        finally:
+            sys.stdout = out.stream
+
+
+class _Stdout:
+    """``sys.stdout`` while a command runs: the same stream, remembering whether writing to it
+    failed (a full disk, a pipe closed by its reader), so that such an `OSError` is said as the
+    output's in one line; a closed stdout (None) fails every write as EBADF."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.failed = stream, None
+
+    def write(self, text: str) -> int:
+        return self._call("write", text)
+
+    def flush(self) -> None:
+        self._call("flush")
+
+    def isatty(self) -> bool:
+        return self.stream is not None and self.stream.isatty()
+
+    def _call(self, name: str, *args: Any) -> Any:
+        try:
+            if self.stream is None:
+                raise OSError(errno.EBADF, "stdout is closed")
+            return getattr(self.stream, name)(*args)
+        except (OSError, ValueError) as error:  # (ValueError: a closed file object)
+            self.failed = error
+            if isinstance(error, ValueError):
+                raise OSError(errno.EBADF, str(error)) from error
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def _output_lost(error: BaseException, stream: Any) -> int:
+    """Say in one line that the command's output could not be written on stdout (silently for
+    a pipe its reader closed, as ``nnx layers list | head -1`` expects): 1. The file descriptor
+    of ``stream`` is pointed at /dev/null, so that the interpreter's last flush says nothing
+    more."""
+    if not isinstance(error, BrokenPipeError):
+        problem = os_problem(error) if isinstance(error, OSError) else str(error)
+        report(f"nnx: error: cannot write the output on stdout: {problem}.")
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        fd = stream.fileno()  # (none for a stream in memory: then nothing is flushed at exit)
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    return 1
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -162,6 +218,12 @@ def run() -> None:
     command is done, Ctrl-C and SIGTERM are ignored: its output is whole and said, and a stop
     would only end the interpreter's teardown with a signal's status instead of the command's."""
     status = main()
+    try:  # (the last lines, still buffered)
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except (OSError, ValueError) as error:
+        lost = _output_lost(error, sys.stdout)
+        status = status or lost
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(ValueError, OSError):  # (ValueError: not the main thread)
             signal.signal(signum, signal.SIG_IGN)

@@ -78,7 +78,7 @@ def test_a_vocabulary_that_differs_is_located_at_the_data_path(run, capsys, monk
     argv = generate(config, folder, "--prompt", "the", "data.path=dog.txt")
     assert main(argv) == 1
     err = capsys.readouterr().err
-    assert "does not fit the config's data" in err and "gpt.yaml:" in err
+    assert "does not fit the config's data" in err and "<override data.path=dog.txt>:" in err
     assert "data.path: the checkpoint's character vocabulary (11 characters) differs" in err
 
 

@@ -1,5 +1,7 @@
 """The nnx command."""
 
+import errno
+import io
 import json
 import re
 import subprocess
@@ -222,3 +224,49 @@ def test_version_prints_the_versions_from_metadata_without_importing_jax():
     nnx, jax = importlib.metadata.version("nnx-jax"), importlib.metadata.version("jax")
     assert first.startswith(f"nnx {nnx} (distribution nnx-jax; jax {jax}, jaxlib ")
     assert status == "status 0" and imported == "[]"
+
+
+class _Full(io.StringIO):
+    """A stdout on a full disk."""
+
+    def write(self, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize(
+    ("stdout", "problem"),
+    [(_Full(), "no space left on the device (ENOSPC)"), (None, "stdout is closed (EBADF)")],
+)
+def test_output_that_cannot_be_written_is_one_line(capsys, monkeypatch, stdout, problem):
+    # (a traceback before: OSError from rich's write, or AttributeError on None.isatty)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    assert main(["layers", "list"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"nnx: error: cannot write the output on stdout: {problem}.\n"
+    assert sys.stdout is stdout
+
+
+def test_a_closed_stdout_of_a_real_process_is_one_line_and_exit_1():
+    done = subprocess.run(
+        [
+            "sh",
+            "-c",
+            'exec "$0" "$@" >&-',
+            sys.executable,
+            "-c",
+            "from nnx_plugins.cli._main import run; run()",
+            "layers",
+            "list",
+        ],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert (
+        done.stderr == "nnx: error: cannot write the output on stdout: stdout is closed (EBADF).\n"
+    )
