@@ -105,6 +105,45 @@ def check_positive_int(layer: str, name: str, value: Any) -> int:
     return int(value)
 
 
+def check_param_dtype(layer: str, name: str, value: Dtype) -> Dtype:
+    """Return ``value`` (unchanged) if it is a floating or complex dtype, else raise naming
+    ``name`` (``param_dtype``, ``lora_param_dtype``): a layer's parameters are trained, and
+    gradients exist for floating and complex values only.
+
+    flax.nnx takes any dtype here; a bool or integer parameter only fails later, when training
+    differentiates it (``grad requires real- or complex-valued inputs``) or when an initializer
+    draws it (``dtype argument to `normal` must be a float dtype``).
+
+    Raises:
+        ValueError: a bool, integer or unsigned dtype.
+        TypeError: a value that is no dtype at all.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from nnx_layers._checks import check_param_dtype
+        >>> check_param_dtype("Linear", "param_dtype", "bfloat16")
+        'bfloat16'
+        >>> check_param_dtype("Linear", "param_dtype", jnp.int8)
+        Traceback (most recent call last):
+        ...
+        ValueError: Linear param_dtype must be a floating dtype (...), got int8. Use a floating ...
+    """
+    try:
+        dtype = jnp.dtype(value)
+    except TypeError:
+        raise TypeError(
+            f"{layer} {name} must be a dtype such as float32, got {value!r}. Pass e.g. "
+            f"{name}=jnp.float32 (in a config: {name}: float32)."
+        ) from None
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        raise ValueError(
+            f"{layer} {name} must be a floating dtype (its parameters are trained, and gradients "
+            f"exist for floating and complex values only), got {dtype}. Use a floating dtype "
+            f"such as float32 or bfloat16."
+        )
+    return value
+
+
 def is_int(value: Any) -> bool:
     """An integer (Python or numpy), not a bool."""
     return isinstance(value, Integral) and not isinstance(value, bool)

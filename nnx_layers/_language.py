@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from nnx_core import Cache, Module, Param, Rngs
 
 from . import initializers
-from ._checks import check_positive_int, check_sequence_shape
+from ._checks import check_param_dtype, check_positive_int, check_sequence_shape
 from ._constraints import Size
 from ._conv import Conv
 from ._linear import Embed, Linear
@@ -107,12 +107,17 @@ class CausalLM(Module):
         head: the output `Linear` (``features`` -> vocabulary); None: tied to ``embed``.
         position_embed: an `Embed` of positions added to the tokens (learned positions).
         max_length: the most positions the model takes (its ``max_position_embeddings``);
-            None: no limit. Generation refuses a prompt plus new tokens beyond it.
+            at most ``position_embed.num_embeddings`` (a position past the table has no row);
+            None: no limit but the position table's. Generation refuses a prompt plus new
+            tokens beyond it.
 
     Raises:
-        ValueError: ``embed`` and ``head`` of different widths or vocabularies; at call time,
-            tokens that are not integer ``(batch, length)``, a mask or positions of another
-            shape, a sequence past ``max_length``, decoding without ``init_cache``.
+        ValueError: ``embed`` and ``head`` of different widths or vocabularies, a
+            ``position_embed`` of another width than ``embed``, a ``max_length`` past its
+            ``num_embeddings``; at call time, tokens that are not integer ``(batch, length)``,
+            a mask or positions of another shape, a sequence past ``max_length`` (or the
+            position table), decoding without ``init_cache``.
+        TypeError: an ``embed`` or ``position_embed`` that is not an `Embed`.
 
     Example:
         >>> import jax.numpy as jnp
@@ -156,6 +161,8 @@ class CausalLM(Module):
         self.max_length = (
             None if max_length is None else check_positive_int("CausalLM", "max_length", max_length)
         )
+        if position_embed is not None:
+            _check_position_table(embed, position_embed, self.max_length)
         self.features = embed.features
         self.vocab_size = embed.num_embeddings
         if head is not None and (
@@ -195,9 +202,10 @@ class CausalLM(Module):
         if self.decode:
             automatic = self._continue(mask, shape)
         else:
-            if self.max_length is not None and shape[1] > self.max_length:
+            limit = self._limit()
+            if limit is not None and shape[1] > limit[0]:
                 raise ValueError(
-                    f"CausalLM takes at most {self.max_length} positions (max_length) but got "
+                    f"CausalLM takes at most {limit[0]} positions ({limit[1]}) but got "
                     f"{shape[1]} tokens per row. Shorten the input."
                 )
             automatic = default_positions(mask, shape)
@@ -208,6 +216,15 @@ class CausalLM(Module):
         x = self.blocks(x, positions=positions, mask=mask)
         x = self.norm(x)
         return self.embed.attend(x) if self.head is None else self.head(x)
+
+    def _limit(self) -> tuple[int, str] | None:
+        """The most positions the model takes, and why: ``max_length``, else the position
+        table's size (past it a position has no row), else None."""
+        if self.max_length is not None:
+            return self.max_length, "max_length"
+        if self.position_embed is not None:
+            return self.position_embed.num_embeddings, "position_embed.num_embeddings"
+        return None
 
     def _continue(self, mask: Any, shape: tuple[int, ...]) -> jax.Array:
         """Decoding: the chunk's positions after each row's tokens so far; advance them."""
@@ -238,10 +255,11 @@ class CausalLM(Module):
             raise ValueError(
                 f"CausalLM.init_cache needs (batch, max_length, features), got {shape}."
             )
-        if self.max_length is not None and shape[1] > self.max_length:
+        limit = self._limit()
+        if limit is not None and shape[1] > limit[0]:
             raise ValueError(
-                f"CausalLM.init_cache: {shape[1]} positions is more than the model's max_length "
-                f"({self.max_length}). Decode at most {self.max_length} positions."
+                f"CausalLM.init_cache: {shape[1]} positions is more than the model's {limit[1]} "
+                f"({limit[0]}). Decode at most {limit[0]} positions."
             )
         if not _start_caches(self.blocks, shape, dtype):
             raise ValueError(
@@ -249,6 +267,28 @@ class CausalLM(Module):
                 "decodes from a cache. Use SelfAttention layers."
             )
         self.next_position = Cache(jnp.zeros((shape[0],), jnp.int32))
+
+
+def _check_position_table(embed: Embed, position_embed: Any, max_length: int | None) -> None:
+    """A `CausalLM`'s learned positions: an `Embed` of ``embed``'s width with a row for each
+    of the ``max_length`` positions (an `Embed` lookup past its table gives NaN)."""
+    if not isinstance(position_embed, Embed):
+        raise TypeError(
+            f"CausalLM position_embed must be an Embed, got {type(position_embed).__name__}."
+        )
+    if position_embed.features != embed.features:
+        raise ValueError(
+            f"CausalLM position_embed has {position_embed.features} features but the token "
+            f"embed has {embed.features}: give the position_embed features={embed.features}."
+        )
+    rows = position_embed.num_embeddings
+    if max_length is not None and max_length > rows:
+        raise ValueError(
+            f"CausalLM max_length={max_length} is more than its position_embed's num_embeddings "
+            f"({rows}): positions past {rows - 1} have no row in the table (an Embed lookup past "
+            f"its end gives NaN). Pass max_length <= {rows}, or a position_embed with "
+            f"num_embeddings={max_length}."
+        )
 
 
 class MaskedLM(Module):
@@ -411,7 +451,7 @@ class ImageClassifier(Module):
                 f"{image_size!r}."
             )
         self.image_size = image_size
-        self.param_dtype = param_dtype
+        self.param_dtype = check_param_dtype("ImageClassifier", "param_dtype", param_dtype)
         patch = patch_embed.kernel_size
         if any(s % p for s, p in zip(size, patch)):
             raise ValueError(

@@ -16,6 +16,7 @@ from ._checks import (
     PromoteDtypeFn,
     as_input,
     check_last_axis,
+    check_param_dtype,
     check_positive_int,
     metadata,
     promote_dtype,
@@ -110,7 +111,8 @@ class LoRA(Module):
 
     Raises:
         ValueError: sizes that are not positive integers, a ``lora_rank`` above
-            ``min(in_features, out_features)`` or an unknown kind name; at call time, an
+            ``min(in_features, out_features)``, a ``param_dtype`` that is not floating (the
+            adapters are trained) or an unknown kind name; at call time, an
             input whose last axis is not ``in_features`` wide, or a base output of another
             shape.
         TypeError: a ``base_module`` that is not callable or a ``lora_param_type`` that is not
@@ -158,7 +160,7 @@ class LoRA(Module):
             )
         self.base_module = base_module
         self.dtype = dtype
-        self.param_dtype = param_dtype
+        self.param_dtype = check_param_dtype("LoRA", "param_dtype", param_dtype)
         self.a_initializer = a_initializer
         self.b_initializer = b_initializer
         kind, self.lora_param_type = _param_type("LoRA", lora_param_type)
@@ -225,7 +227,8 @@ class LoRALinear(Linear):
         bias_metadata: as `Linear`.
 
     Raises:
-        ValueError: as `Linear` and `LoRA`.
+        ValueError: as `Linear` and `LoRA`; a ``lora_param_dtype`` that is not floating (the
+            adapters are trained; ``param_dtype``, the base kernel's, is `Linear`'s to check).
         TypeError: as `Linear` and `LoRA`.
 
     Example:
@@ -269,6 +272,7 @@ class LoRALinear(Linear):
         bias_metadata: Mapping[str, Any] = _EMPTY,
     ):
         _, kind_name = _param_type("LoRALinear", lora_param_type)
+        check_param_dtype("LoRALinear", "lora_param_dtype", lora_param_dtype)
         super().__init__(
             in_features,
             out_features,

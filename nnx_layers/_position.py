@@ -14,6 +14,7 @@ from ._axis_names import EMBED, named_param
 from ._checks import (
     Dtype,
     as_input,
+    check_param_dtype,
     check_positive_int,
     check_sequence_shape,
     metadata,
@@ -55,8 +56,9 @@ class PositionEmbed(Module):
         embedding_metadata: metadata for the ``embedding`` Param.
 
     Raises:
-        ValueError: ``max_length`` or ``features`` not a positive integer; call-time errors
-            are listed on ``__call__``.
+        ValueError: ``max_length`` or ``features`` not a positive integer, a ``param_dtype``
+            that is not floating (the table is trained); call-time errors are listed on
+            ``__call__``.
         TypeError: ``decode`` that is not a bool.
 
     Example:
@@ -96,7 +98,7 @@ class PositionEmbed(Module):
                 f"to train, decode=True to continue a sequence from the cache."
             )
         self.dtype = dtype
-        self.param_dtype = param_dtype
+        self.param_dtype = check_param_dtype(_NAME, "param_dtype", param_dtype)
         self.embedding_init = embedding_init
         self.decode = decode
         self.embedding_metadata = metadata(embedding_metadata)

@@ -19,13 +19,20 @@ import numpy as np
 from nnx_core import Module
 
 from ._checks import check_positive_int
-from ._constraints import Positive, Size
+from ._constraints import MAX_SIZE, Positive, Size
 from ._dot_product_attention import dot_product_attention
 
 __all__ = ["RoPE", "dot_product_attention_with_rope", "rope_frequencies"]
 
 _NAME = "RoPE"
 Scaling = Literal["default", "llama3"]
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: the ``theta`` a RoPE takes: the frequencies run from 1 down to ``1 / theta`` and their
+#: wavelengths up to ``2π·theta``, so past the upper end a wavelength is infinite in float32 (a
+#: frequency 0), and below the lower end ``position · (1 / theta)`` overflows float32 for an
+#: int32 position (its cosine is NaN)
+THETA_RANGE = (MAX_SIZE / _FLOAT32_MAX, _FLOAT32_MAX / (2 * math.pi))
 
 
 def _check_number(name: str, value: Any, *, positive: bool = True) -> float:
@@ -61,7 +68,43 @@ def rope_frequencies(
         >>> from nnx_layers import rope_frequencies
         >>> rope_frequencies(4, theta=100.0).tolist()
         [1.0, 0.10000000149011612]
+
+    Raises:
+        ValueError: settings whose frequencies are not finite and positive in float32, e.g.
+            ``theta=1e308`` (every frequency but the first is 0).
     """
+    settings = {"theta": theta, "scaling": scaling}
+    if scaling != "default":
+        settings.update(
+            factor=factor,
+            low_freq_factor=low_freq_factor,
+            high_freq_factor=high_freq_factor,
+            original_max_position_embeddings=original_max_position_embeddings,
+        )
+    # (llama3 computes every lane three ways and keeps one: a lane it drops may overflow)
+    with np.errstate(all="ignore"):
+        inv_freq = _frequencies(embedding_size, **settings)  # type: ignore[arg-type]
+    if not (np.isfinite(inv_freq) & (inv_freq > 0)).all():
+        given = ", ".join(f"{k}={v!r}" for k, v in settings.items())
+        raise ValueError(
+            f"{_NAME} frequencies of {given} leave float32 (they come out as "
+            f"{sorted({str(f) for f in inv_freq if not np.isfinite(f) or f <= 0})}, where "
+            f"each must be finite and > 0). Use settings of the usual magnitudes: theta 1e4 "
+            f"to 1e7, factors about 1 to 64."
+        )
+    return inv_freq
+
+
+def _frequencies(
+    embedding_size: int,
+    *,
+    theta: float,
+    scaling: Scaling,
+    factor: float = 8.0,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+    original_max_position_embeddings: int = 8192,
+) -> np.ndarray:
     half = np.arange(0, embedding_size, 2, dtype=np.int64).astype(np.float32) / embedding_size
     inv_freq = (1.0 / (np.float32(theta) ** half)).astype(np.float32)
     if scaling == "default":
@@ -92,9 +135,13 @@ class RoPE(Module):
     RoPE has no state, so nothing of it is saved, checkpointed or sharded.
 
     Args:
-        theta: the base wavelength (transformers' ``rope_theta``).
+        theta: the base wavelength (transformers' ``rope_theta``), between ``6.3e-30`` and
+            ``5.4e37`` (where the frequencies, their wavelengths and the angles of int32
+            positions are finite in float32).
         embedding_size: the rotated width; when given, a call on another width is refused.
-        max_seq_len: the number of positions; when given, a longer sequence is refused.
+        max_seq_len: the number of positions; when given, a longer sequence is refused, in
+            every call that rotates (``__call__``, ``rotate``, `SelfAttention`,
+            `dot_product_attention_with_rope`), while tracing: it costs nothing at run time.
         scaling: ``"default"`` (plain RoPE) or ``"llama3"`` (transformers' ``rope_type``).
         factor: Llama 3 scaling: the low frequencies are divided by it.
         low_freq_factor: Llama 3 scaling, as transformers names it.
@@ -102,9 +149,11 @@ class RoPE(Module):
         original_max_position_embeddings: Llama 3 scaling: the pretraining context length.
 
     Raises:
-        ValueError: a non-positive ``theta``, size or factor, ``high_freq_factor`` not above
-            ``low_freq_factor``, an unknown ``scaling``; at call time an odd width, a width
-            other than ``embedding_size``, positions that do not fit the input.
+        ValueError: a ``theta`` outside ``[6.3e-30, 5.4e37]``, a non-positive size or factor,
+            ``high_freq_factor`` not above ``low_freq_factor``, an unknown ``scaling``; at call
+            time an odd width, a width other than ``embedding_size``, a sequence longer than
+            ``max_seq_len``, positions that do not fit the input, factors whose frequencies
+            overflow float32.
 
     Example:
         >>> import jax.numpy as jnp
@@ -131,6 +180,14 @@ class RoPE(Module):
         original_max_position_embeddings: Size = 8192,
     ):
         self.theta = _check_number("theta", theta)
+        low, high = THETA_RANGE
+        if not low <= self.theta <= high:
+            raise ValueError(
+                f"{_NAME} theta must be between {low:.2g} and {high:.2g} (the frequencies run "
+                f"from 1 down to 1/theta and their wavelengths up to 2*pi*theta, which must stay "
+                f"finite in float32, as must the angle of every int32 position), got {theta!r}. "
+                f"Usual values are 1e4 to 1e7 (transformers' rope_theta)."
+            )
         self.embedding_size = (
             None
             if embedding_size is None
@@ -201,6 +258,10 @@ class RoPE(Module):
         and ``positions`` ``(..., seq)`` (every head of a position turns alike), else
         ``positions`` has ``x.shape[:-1]``. Angles in float32, the result in ``x``'s dtype.
 
+        Raises:
+            ValueError: an ``x`` without a sequence axis, a ``seq`` longer than
+                ``max_seq_len``, an odd width or one other than ``embedding_size``.
+
         Example:
             >>> import jax.numpy as jnp
             >>> from nnx_layers import RoPE
@@ -208,6 +269,14 @@ class RoPE(Module):
             >>> RoPE().rotate(q, jnp.array([[0, 1, 2]])).shape
             (1, 3, 2, 4)
         """
+        axis = -3 if heads else -2
+        if x.ndim < -axis:
+            layout = "(..., seq_length, heads, head_dim)" if heads else "(..., seq_length, width)"
+            raise ValueError(
+                f"{_NAME}.rotate with heads={heads} expects x of shape {layout}, got shape "
+                f"{x.shape}."
+            )
+        self._check_length(x.shape[axis])
         width = x.shape[-1]
         self._check_width(width)
         inv_freq = jnp.asarray(self.frequencies(width))
@@ -218,12 +287,16 @@ class RoPE(Module):
             cos, sin = cos[..., None, :], sin[..., None, :]
         return x * cos + _rotate_half(x) * sin
 
-    def _positions(self, length: int, given: Any) -> jax.Array:
+    def _check_length(self, length: int) -> None:
+        """Refuse a sequence longer than ``max_seq_len`` (a static shape: checked while
+        tracing, so it costs nothing at run time)."""
         if self.max_seq_len is not None and length > self.max_seq_len:
             raise ValueError(
                 f"{_NAME} holds {self.max_seq_len} positions (max_seq_len) but got a sequence "
                 f"of length {length}. Build it with max_seq_len={length} or without one."
             )
+
+    def _positions(self, length: int, given: Any) -> jax.Array:
         if given is None:
             return jnp.arange(length, dtype=jnp.int32)
         positions = jnp.asarray(given)

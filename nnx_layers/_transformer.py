@@ -9,6 +9,7 @@ logical axis names of docs/design/pretrained.md in its ``sharding_names`` (``emb
 changes nothing.
 """
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -19,7 +20,13 @@ from nnx_core import Cache, Module, Rngs
 
 from . import initializers
 from ._axis_names import names_given
-from ._checks import Dtype, as_input, check_positive_int, check_sequence_shape
+from ._checks import (
+    Dtype,
+    as_input,
+    check_param_dtype,
+    check_positive_int,
+    check_sequence_shape,
+)
 from ._constraints import Count, NonNegative, Positive, Size
 from ._dot_product_attention import dot_product_attention
 from ._linear import Linear
@@ -49,7 +56,16 @@ def _lora_rank(layer: str, value: Any, kernel: tuple[int, int]) -> int:
     return check_rank(layer, value, *kernel) if value else 0
 
 
+#: the largest adapter scale ``lora_alpha / lora_rank``: the adapters' gradients grow with the
+#: scale, and an optimizer squares them (Adam's second moment, a gradient norm), so a scale past
+#: the square root of float32's largest value overflows them on the first step
+_MAX_LORA_SCALE = math.sqrt(float(jnp.finfo(jnp.float32).max))
+
+
 def _lora_scale(layer: str, rank: int, alpha: Any) -> float:
+    """The adapters' scale ``lora_alpha / lora_rank`` (1 without ``lora_alpha``), checked:
+    ``lora_alpha`` finite and positive, set only with a rank, the scale at most
+    `_MAX_LORA_SCALE`."""
     if alpha is None:
         return 1.0
     if rank == 0:
@@ -58,9 +74,27 @@ def _lora_scale(layer: str, rank: int, alpha: Any) -> float:
             f"adapters to scale). Set lora_rank (e.g. lora_rank=8) to add adapters, or remove "
             f"lora_alpha."
         )
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha <= 0:
-        raise ValueError(f"{layer} lora_alpha must be a number > 0 or None, got {alpha!r}.")
-    return float(alpha) / rank
+    if (
+        isinstance(alpha, bool)
+        or not isinstance(alpha, (int, float))
+        or not math.isfinite(alpha)
+        or alpha <= 0
+    ):
+        raise ValueError(
+            f"{layer} lora_alpha must be a finite number > 0 or None, got {alpha!r}. Usual "
+            f"values are lora_alpha = lora_rank to 2 * lora_rank (here {rank} to {2 * rank})."
+        )
+    scale = float(alpha) / rank
+    if scale > _MAX_LORA_SCALE:
+        raise ValueError(
+            f"{layer} lora_alpha={alpha!r} with lora_rank={rank} scales the adapters by "
+            f"lora_alpha / lora_rank = {scale:.3g}, past {_MAX_LORA_SCALE:.2g} (the square root "
+            f"of float32's largest value): the adapters' gradients grow with the scale, and the "
+            f"optimizer squares them (Adam's second moment, gradient clipping's norm), which "
+            f"overflows to inf on the first step. Usual values are lora_alpha = lora_rank to "
+            f"2 * lora_rank (here {rank} to {2 * rank})."
+        )
+    return scale
 
 
 class _Projections:
@@ -168,13 +202,16 @@ class SelfAttention(Module):
         lora_rank: with a rank ``> 0``, every projection gets a `LoRAParam` adapter; at most
             ``min(in_features, num_kv_heads * head_dim)``, the rank of the smallest kernel.
         lora_alpha: the adapters are scaled by ``lora_alpha / lora_rank`` (1 if None); set
-            only with ``lora_rank``.
+            only with ``lora_rank``; a scale past ``1.8e19`` (the square root of float32's
+            largest value, where an optimizer's squared gradients overflow) is refused.
         rngs: random streams; ``rngs.params()`` initializes the weights.
 
     Raises:
         ValueError: sizes that are not positive, ``num_heads`` not a multiple of
             ``num_kv_heads``, ``sliding_window`` without ``is_causal``, a bad ``qk_norm`` or
-            LoRA setting; call-time errors are listed on ``__call__``.
+            LoRA setting (a ``lora_alpha / lora_rank`` scale past ``1.8e19`` overflows the
+            optimizer), a ``param_dtype`` that is not floating (the weights are trained);
+            call-time errors are listed on ``__call__``.
         TypeError: ``is_causal`` or ``decode`` that is not a bool; ``rope`` that is not a RoPE.
 
     Example:
@@ -253,7 +290,8 @@ class SelfAttention(Module):
                 )
         self.sliding_window = sliding_window
         self.decode = _check_bool(name, "decode", decode)
-        self.dtype, self.param_dtype = dtype, param_dtype
+        self.dtype = dtype
+        self.param_dtype = check_param_dtype(name, "param_dtype", param_dtype)
         self.kernel_init, self.bias_init = kernel_init, bias_init
         self.lora_rank = _lora_rank(name, lora_rank, (self.in_features, kv * self.head_size))
         self.lora_alpha = lora_alpha
@@ -305,7 +343,8 @@ class SelfAttention(Module):
 
         Raises:
             ValueError: an input that is not ``(batch, length, in_features)``; a mask or
-                positions not ``(batch, length)``; decoding without ``init_cache``, with
+                positions not ``(batch, length)``; a ``length`` past the ``rope``'s
+                ``max_seq_len`` (checked while tracing); decoding without ``init_cache``, with
                 another batch size, or past the cache's end (under ``jit`` such a step
                 returns NaN instead).
         """
@@ -398,7 +437,8 @@ class SelfAttention(Module):
         ``cache_index`` (the next slot), all `Cache` Variables.
 
         Raises:
-            ValueError: ``input_shape`` is not ``(batch, max_length, features)``.
+            ValueError: ``input_shape`` is not ``(batch, max_length, features)``, or its
+                ``max_length`` is past the ``rope``'s ``max_seq_len``.
 
         Example:
             >>> from nnx_core import Rngs
@@ -415,6 +455,13 @@ class SelfAttention(Module):
                 f"SelfAttention.init_cache needs (batch, max_length, features), got {shape}."
             )
         batch, total = shape[:2]
+        limit = None if self.rope is None else self.rope.max_seq_len
+        if limit is not None and total > limit:
+            raise ValueError(
+                f"SelfAttention.init_cache: a cache of {total} positions is longer than its "
+                f"rope's max_seq_len ({limit}). Call init_cache with max_length <= {limit}, or "
+                f"build the RoPE with max_seq_len={total} or without one."
+            )
         cache_shape = (batch, total, self.kv_heads, self.head_size)
         self.cached_key = Cache(jnp.zeros(cache_shape, dtype))
         self.cached_value = Cache(jnp.zeros(cache_shape, dtype))
@@ -470,7 +517,8 @@ class MLP(Module):
         lora_rank: with a rank ``> 0``, ``up`` and ``down`` get `LoRAParam` adapters; at most
             ``min(features, hidden)``.
         lora_alpha: the adapters are scaled by ``lora_alpha / lora_rank`` (1 if None); set
-            only with ``lora_rank``.
+            only with ``lora_rank``; a scale past ``1.8e19`` (the square root of float32's
+            largest value, where an optimizer's squared gradients overflow) is refused.
         rngs: random streams.
 
     Example:
@@ -526,7 +574,8 @@ class GatedMLP(Module):
         lora_rank: with a rank ``> 0``, ``gate``, ``up`` and ``down`` get adapters; at most
             ``min(features, hidden)``.
         lora_alpha: the adapters are scaled by ``lora_alpha / lora_rank`` (1 if None); set
-            only with ``lora_rank``.
+            only with ``lora_rank``; a scale past ``1.8e19`` (the square root of float32's
+            largest value, where an optimizer's squared gradients overflow) is refused.
         rngs: random streams.
 
     Example:
@@ -578,7 +627,8 @@ def _setup_mlp(
         raise TypeError(f"{name} activation must be a function, got {activation!r}.")
     layer.activation = activation
     layer.use_bias = _check_bool(name, "use_bias", bias)
-    layer.dtype, layer.param_dtype = dtypes
+    dtype, param_dtype = dtypes
+    layer.dtype, layer.param_dtype = dtype, check_param_dtype(name, "param_dtype", param_dtype)
 
 
 # -- the block ---------------------------------------------------------------------------------

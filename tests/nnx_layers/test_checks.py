@@ -306,3 +306,22 @@ def test_output_dtype_of_an_unpromoted_norm_is_the_promotion_of_its_operands():
     assert norm(jnp.ones((2, 3), jnp.float16)).dtype == jnp.float32
     plain = nl.LayerNorm(3, param_dtype=jnp.float16, rngs=Rngs(0))
     assert plain(jnp.ones((2, 3), jnp.float16)).dtype == jnp.float16
+
+
+def test_check_param_dtype_refuses_what_gradients_cannot_train():
+    from nnx_layers._checks import check_param_dtype
+
+    for given in (jnp.float32, "bfloat16", jnp.float16, jnp.complex64):
+        assert check_param_dtype("Layer", "param_dtype", given) is given
+    for given, name in ((jnp.bool_, "bool"), ("int32", "int32"), (np.uint8, "uint8")):
+        with pytest.raises(
+            ValueError,
+            match=rf"Layer param_dtype must be a floating dtype \(its parameters are trained, and "
+            rf"gradients exist for floating and complex values only\), got {name}\. Use a "
+            r"floating dtype such as float32 or bfloat16\.",
+        ):
+            check_param_dtype("Layer", "param_dtype", given)
+    with pytest.raises(
+        TypeError, match=r"Layer lora_param_dtype must be a dtype such as float32, got 'floaty'"
+    ):
+        check_param_dtype("Layer", "lora_param_dtype", "floaty")

@@ -183,3 +183,91 @@ def test_image_classifier_reads_nhwc_patches():
             image_size=10,
             rngs=rngs,
         )
+
+
+def test_causal_lm_refuses_a_max_length_past_its_position_table():
+    rngs = nnx.Rngs(0)
+    parts = _lm(head=False)
+    with pytest.raises(
+        ValueError,
+        match=r"CausalLM max_length=13 is more than its position_embed's num_embeddings \(12\): "
+        r"positions past 11 have no row .* Pass max_length <= 12, or a position_embed with "
+        r"num_embeddings=13\.",
+    ):
+        CausalLM(
+            parts.embed,
+            parts.blocks,
+            parts.norm,
+            position_embed=Embed(12, 16, rngs=rngs),
+            max_length=13,
+        )
+    with pytest.raises(TypeError, match="CausalLM position_embed must be an Embed, got Linear"):
+        CausalLM(parts.embed, parts.blocks, parts.norm, position_embed=Linear(12, 16, rngs=rngs))
+    with pytest.raises(
+        ValueError,
+        match=r"CausalLM position_embed has 8 features but the token embed has 16: give the "
+        r"position_embed features=16\.",
+    ):
+        CausalLM(parts.embed, parts.blocks, parts.norm, position_embed=Embed(12, 8, rngs=rngs))
+
+
+def test_without_max_length_the_position_table_limits_the_length():
+    model = _lm(head=False, position_embed=True)
+    assert model.max_length is None
+    assert model(jnp.ones((1, 12), int)).shape == (1, 12, 40)
+    with pytest.raises(
+        ValueError,
+        match=r"CausalLM takes at most 12 positions \(position_embed\.num_embeddings\) but got "
+        r"13 tokens per row",
+    ):
+        model(jnp.ones((1, 13), int))
+    with pytest.raises(
+        ValueError,
+        match=r"CausalLM.init_cache: 13 positions is more than the model's "
+        r"position_embed\.num_embeddings \(12\)",
+    ):
+        model.init_cache((1, 13, 16))
+
+
+def test_a_max_length_past_the_position_table_is_refused_at_its_place_in_a_config():
+    from nnx_plugins import ConfigError, build
+
+    norm = {"type": "LayerNorm", "num_features": 8}
+    config = {
+        "type": "CausalLM",
+        "embed": {"type": "Embed", "num_embeddings": 40, "features": 8},
+        "blocks": {
+            "type": "TransformerBlock",
+            "attention": {"type": "SelfAttention", "in_features": 8, "num_heads": 2},
+            "mlp": {"type": "MLP", "features": 8, "hidden": 16},
+            "attention_norm": norm,
+            "mlp_norm": norm,
+        },
+        "norm": norm,
+        "position_embed": {"type": "Embed", "num_embeddings": 12, "features": 8},
+        "max_length": 1000,
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"building CausalLM raised ValueError: CausalLM max_length=1000 is more than its "
+        r"position_embed's num_embeddings \(12\)",
+    ):
+        build(config)
+
+
+def test_image_classifier_refuses_a_parameter_dtype_that_cannot_be_trained():
+    rngs = nnx.Rngs(0)
+    with pytest.raises(
+        ValueError,
+        match=r"ImageClassifier param_dtype must be a floating dtype .* got int32\. Use a "
+        r"floating dtype such as float32 or bfloat16\.",
+    ):
+        ImageClassifier(
+            Conv(3, 8, (4, 4), 4, padding="VALID", rngs=rngs),
+            MLP(8, 16, rngs=rngs),
+            LayerNorm(8, rngs=rngs),
+            Linear(8, 5, rngs=rngs),
+            image_size=8,
+            param_dtype=jnp.int32,
+            rngs=rngs,
+        )

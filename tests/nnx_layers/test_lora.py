@@ -254,3 +254,20 @@ def test_lora_call_errors():
         layer(jnp.ones((2, 5)))
     with pytest.raises(TypeError, match="LoRA expects a numeric input, got dtype key"):
         layer(jax.random.split(jax.random.key(0), (2, 3)))
+
+
+def test_adapter_dtypes_that_cannot_be_trained_are_refused():
+    floating = (
+        r"must be a floating dtype .* got {}\. Use a floating dtype such as float32 or bfloat16\."
+    )
+    with pytest.raises(ValueError, match="LoRA param_dtype " + floating.format("int8")):
+        LoRA(3, 2, 4, param_dtype=jnp.int8, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="LoRALinear lora_param_dtype " + floating.format("int8")):
+        LoRALinear(3, 4, lora_rank=2, lora_param_dtype="int8", rngs=nnx.Rngs(0))
+    config = {"type": "LoRALinear", "in_features": 3, "out_features": 4, "lora_rank": 2}
+    with pytest.raises(
+        ConfigError,
+        match=r"building LoRALinear raised ValueError: LoRALinear lora_param_dtype "
+        + floating.format("int8"),
+    ):
+        build({**config, "lora_param_dtype": "int8"})

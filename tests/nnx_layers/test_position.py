@@ -169,3 +169,12 @@ def test_decode_errors():
         ValueError, match=r"a sequence of 7 positions is longer than max_length \(6\)"
     ):
         layer.init_cache((1, 7, F))
+
+
+def test_a_parameter_dtype_that_cannot_be_trained_is_refused():
+    with pytest.raises(
+        ValueError,
+        match=r"PositionEmbed param_dtype must be a floating dtype .* got int32\. Use a floating "
+        r"dtype such as float32 or bfloat16\.",
+    ):
+        PositionEmbed(L, F, param_dtype=jnp.int32, rngs=nnx.Rngs(0))

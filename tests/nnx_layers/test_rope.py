@@ -1,6 +1,7 @@
 """RoPE and dot_product_attention_with_rope: the rotation, its frequencies, its errors."""
 
 import math
+import re
 
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +13,7 @@ from nnx_layers import (
     dot_product_attention_with_rope,
     rope_frequencies,
 )
+from nnx_layers._rope import THETA_RANGE
 
 
 def _reference(x, positions, inv_freq):
@@ -122,3 +124,55 @@ def test_rope_positions_that_do_not_fit():
         RoPE()(np.ones((2, 3, 4)), np.arange(4))
     with pytest.raises(ValueError, match=r"must broadcast to x.shape\[:-1\]"):
         RoPE()(np.ones((2, 3, 4)), np.zeros((3, 3)))
+
+
+@pytest.mark.parametrize("theta", [1e308, 1e38, 1e-300, 1e-31])
+def test_a_theta_whose_frequencies_leave_float32_is_refused(theta):
+    with pytest.raises(
+        ValueError,
+        match=r"RoPE theta must be between 6\.3e-30 and 5\.4e\+37 .* got "
+        + re.escape(repr(theta))
+        + r"\. Usual "
+        r"values are 1e4 to 1e7",
+    ):
+        RoPE(theta=theta)
+
+
+@pytest.mark.parametrize("scaling", ["default", "llama3"])
+@pytest.mark.parametrize("theta", ["low", "high"])
+def test_the_extreme_thetas_give_finite_frequencies_and_angles(scaling, theta):
+    low, high = THETA_RANGE
+    rope = RoPE(theta=low if theta == "low" else high, scaling=scaling)
+    for width in (2, 8, 128):
+        inv_freq = rope.frequencies(width)
+        assert np.isfinite(inv_freq).all() and (inv_freq > 0).all()
+    x = jnp.ones((1, 2, 2, 8))
+    far = jnp.array([[0, 2**31 - 1]])
+    assert bool(jnp.isfinite(rope.rotate(x, far)).all())
+
+
+def test_frequency_settings_that_overflow_float32_are_refused_not_warned():
+    rope = RoPE(scaling="llama3", factor=1e-300)
+    with pytest.raises(ValueError, match=r"theta=1e\+308, scaling='default' leave float32 "):
+        rope_frequencies(8, theta=1e308)
+    with pytest.raises(
+        ValueError,
+        match=r"RoPE frequencies of theta=10000\.0, scaling='llama3', factor=1e-300, .* leave "
+        r"float32 \(they come out as \['inf'\], where each must be finite and > 0\)",
+    ):
+        rope.frequencies(8)
+
+
+def test_max_seq_len_applies_on_every_path_that_rotates():
+    rope = RoPE(max_seq_len=4)
+    match = r"RoPE holds 4 positions \(max_seq_len\) but got a sequence of length 5"
+    with pytest.raises(ValueError, match=match):
+        rope.rotate(jnp.ones((1, 5, 2, 8)), jnp.arange(5)[None])
+    with pytest.raises(ValueError, match=match):
+        rope.rotate(jnp.ones((1, 5, 8)), jnp.arange(5)[None], heads=False)
+    with pytest.raises(ValueError, match=match):
+        q = jnp.ones((1, 5, 2, 8))
+        dot_product_attention_with_rope(q, q, q, rope=rope)
+    assert rope.rotate(jnp.ones((1, 4, 2, 8)), jnp.arange(4)[None]).shape == (1, 4, 2, 8)
+    with pytest.raises(ValueError, match=r"RoPE.rotate with heads=True expects x of shape"):
+        rope.rotate(jnp.ones((4, 8)), jnp.arange(4))

@@ -119,7 +119,7 @@ def test_decoding_past_the_end_under_jit_returns_nan():
         (dict(sliding_window=4), ValueError, "needs is_causal=True"),
         (dict(qk_norm="layer"), ValueError, "qk_norm must be 'rms' or None"),
         (dict(lora_rank=-1), ValueError, "lora_rank must be a whole number >= 0"),
-        (dict(lora_rank=2, lora_alpha=0), ValueError, "lora_alpha must be a number > 0"),
+        (dict(lora_rank=2, lora_alpha=0), ValueError, "lora_alpha must be a finite number > 0"),
         (
             dict(lora_alpha=16.0),
             ValueError,
@@ -234,3 +234,65 @@ def test_a_block_of_rms_norms_and_swiglu_lives_in_a_repeat():
     for layer in stack.unstack():
         unrolled = layer(unrolled, mask=mask)
     np.testing.assert_allclose(stack(x, mask=mask), unrolled, atol=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [1e30, float("inf"), float("nan")])
+@pytest.mark.parametrize("layer", ["SelfAttention", "MLP", "GatedMLP"])
+def test_a_lora_alpha_whose_scale_overflows_the_optimizer_is_refused(layer, alpha):
+    build = {
+        "SelfAttention": lambda **kw: SelfAttention(8, 2, rngs=nnx.Rngs(0), **kw),
+        "MLP": lambda **kw: MLP(8, 16, rngs=nnx.Rngs(0), **kw),
+        "GatedMLP": lambda **kw: GatedMLP(8, 16, rngs=nnx.Rngs(0), **kw),
+    }[layer]
+    if np.isfinite(alpha):
+        match = (
+            rf"{layer} lora_alpha=1e\+30 with lora_rank=2 scales the adapters by lora_alpha / "
+            r"lora_rank = 5e\+29, past 1\.8e\+19 \(the square root of float32's largest "
+            r"value\).* Usual values are lora_alpha = lora_rank to 2 \* lora_rank"
+        )
+    else:
+        match = rf"{layer} lora_alpha must be a finite number > 0 or None, got {alpha!r}"
+    with pytest.raises(ValueError, match=match):
+        build(lora_rank=2, lora_alpha=alpha)
+    assert build(lora_rank=2, lora_alpha=1e19).lora_alpha == 1e19
+
+
+@pytest.mark.parametrize("param_dtype", [jnp.bool_, jnp.int32, "int8"])
+@pytest.mark.parametrize("layer", ["SelfAttention", "MLP", "GatedMLP"])
+def test_a_parameter_dtype_that_cannot_be_trained_is_refused(layer, param_dtype):
+    build = {
+        "SelfAttention": lambda **kw: SelfAttention(8, 2, qk_norm="rms", rngs=nnx.Rngs(0), **kw),
+        "MLP": lambda **kw: MLP(8, 16, rngs=nnx.Rngs(0), **kw),
+        "GatedMLP": lambda **kw: GatedMLP(8, 16, rngs=nnx.Rngs(0), **kw),
+    }[layer]
+    name = jnp.dtype(param_dtype).name
+    with pytest.raises(
+        ValueError,
+        match=rf"{layer} param_dtype must be a floating dtype .* got {name}\. Use a floating "
+        r"dtype such as float32 or bfloat16\.",
+    ):
+        build(param_dtype=param_dtype)
+    assert build(param_dtype=jnp.bfloat16).param_dtype == jnp.bfloat16
+
+
+def test_rope_max_seq_len_is_applied_inside_self_attention():
+    rope = RoPE(max_seq_len=4)
+    layer = SelfAttention(8, 2, rope=rope, is_causal=True, rngs=nnx.Rngs(0))
+    assert layer(_x(1, 4, 8)).shape == (1, 4, 8)
+    with pytest.raises(
+        ValueError, match=r"RoPE holds 4 positions \(max_seq_len\) but got a sequence of length 5"
+    ):
+        layer(_x(1, 5, 8))
+    with pytest.raises(
+        ValueError, match=r"RoPE holds 4 positions \(max_seq_len\) but got a sequence of length 5"
+    ):
+        jax.jit(lambda x: layer(x))(_x(1, 5, 8))
+    with pytest.raises(
+        ValueError,
+        match=r"SelfAttention.init_cache: a cache of 5 positions is longer than its rope's "
+        r"max_seq_len \(4\)\. Call init_cache with max_length <= 4, or build the RoPE with "
+        r"max_seq_len=5 or without one\.",
+    ):
+        layer.init_cache((1, 5, 8))
+    layer.init_cache((1, 4, 8))
+    assert layer(_x(1, 3, 8), decode=True).shape == (1, 3, 8)
