@@ -36,19 +36,31 @@ def _import_hf(args: argparse.Namespace) -> int:
                 from ..pretrained._import import import_hf  # (here: listing must not import jax)
 
             done = import_hf(args.source, args.out, dtype=args.dtype)
+            dtype = done.dtype
+            if done.converted_from is not None:
+                dtype += f", converted from the checkpoint's {done.converted_from}"
             console().print(
-                f"imported {done.architecture} ({done.parameters:,} parameters, {done.dtype}, "
-                f"{done.bytes:,} bytes) from {args.source} into {done.directory}: config.yaml, "
+                f"imported {done.architecture} ({done.parameters:,} parameters, {dtype}, "
+                f"{done.bytes:,} bytes) from {_shown(args.source)} into "
+                f"{_shown(str(done.directory))}: config.yaml, "
                 "checkpoint/.\n" + _next_steps(done.config, done.checkpoint)
             )
             return 0
         except KeyboardInterrupt as stop:
             return _stopped(stop, args.out)
-        except PretrainedError as error:
-            asked = pending()  # (an error that followed a stop: the stop is what happened)
-            if asked is not None:
+        except Exception as error:  # noqa: BLE001 - re-raised unless a stop explains it
+            asked = pending()  # (an error that followed a stop: the stop is what happened,
+            if asked is not None:  # e.g. a lock of Python's threading broken by it)
                 return _stopped(asked, args.out)
-            return fail(str(error))
+            if isinstance(error, PretrainedError):
+                return fail(str(error))
+            raise
+
+
+def _shown(path: str) -> str:
+    """``path`` as the report line shows it: as it is, or escaped (``repr``) when it holds a
+    newline or another character that is not printable."""
+    return path if path.isprintable() else repr(path)
 
 
 def _stopped(stop: BaseException, out: str) -> int:

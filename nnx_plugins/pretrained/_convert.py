@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
+import ml_dtypes
 import numpy as np
 
 from ._errors import PretrainedError
@@ -43,6 +45,8 @@ __all__ = [
     "to_transformers",
     "table_rows",
     "path_text",
+    "shown_name",
+    "floating",
 ]
 
 Transform = Literal["copy", "transpose", "conv", "squeeze"]
@@ -168,6 +172,50 @@ def transposed(array: np.ndarray, dtype: Any = None, block: int = 256) -> np.nda
     return out
 
 
+_PLAIN = re.compile(r"[\w.\-/:]+")
+
+
+def shown_name(name: Any) -> str:
+    r"""A tensor name (read from a checkpoint's header: anything) as a message shows it: as it
+    is when made of letters, digits and ``._-/:``, else escaped (``repr``), so that a name
+    holding a newline or a terminal's escape sequence cannot write lines of its own.
+
+    Example:
+        >>> from nnx_plugins.pretrained._convert import shown_name
+        >>> shown_name("model.norm.weight"), shown_name("evil\nimported: all good")
+        ('model.norm.weight', "'evil\\nimported: all good'")
+    """
+    return name if isinstance(name, str) and _PLAIN.fullmatch(name) else repr(name)
+
+
+def floating(dtype: Any) -> bool:
+    """Whether ``dtype`` is a floating-point dtype (numpy's, or ml_dtypes' bfloat16 and
+    float8 types).
+
+    Example:
+        >>> import numpy as np
+        >>> from nnx_plugins.pretrained._convert import floating
+        >>> floating(np.float16), floating("bfloat16"), floating(np.int32), floating(bool)
+        (True, True, False, False)
+    """
+    try:
+        ml_dtypes.finfo(np.dtype(dtype))
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _largest(array: np.ndarray, chunk: int = 1 << 22) -> float:
+    """The largest finite magnitude in ``array``, read a chunk at a time (no copy of it)."""
+    flat, largest = array.reshape(-1), 0.0
+    for start in range(0, flat.size, chunk):
+        part = flat[start : start + chunk]
+        part = np.abs(part[np.isfinite(part)])
+        if part.size:
+            largest = max(largest, float(part.max()))
+    return largest
+
+
 @dataclasses.dataclass(frozen=True)
 class Converter:
     """A family's converter, registered by architecture name in ``nnx.converters``.
@@ -212,15 +260,34 @@ class Plan:
 
     targets: list[Target]
     source: Any
+    where: Any = "the checkpoint"
 
     def produce(self, target: Target) -> Iterator[np.ndarray]:
-        """The parameter's bytes in order: one contiguous array per piece (layer)."""
+        """The parameter's bytes in order: one contiguous array per piece (layer).
+
+        Raises:
+            PretrainedError: a value of a tensor is past the largest of the parameter's dtype
+                (it would become inf: e.g. 70000 in float16), the tensor and value named.
+        """
         for name, rule, part in target.pieces:
-            source = self.source.array(self.source_name(name))
-            if rule.transform == "transpose" and len(rule.targets) == 1:
-                yield transposed(source, target.dtype)
-                continue
-            yield np.ascontiguousarray(forward(rule, source)[part], dtype=target.dtype)
+            actual = self.source_name(name)
+            source = self.source.array(actual)
+            try:
+                with np.errstate(over="raise"):  # (a value past the dtype's largest: inf)
+                    if rule.transform == "transpose" and len(rule.targets) == 1:
+                        made = transposed(source, target.dtype)
+                    else:
+                        made = np.ascontiguousarray(forward(rule, source)[part], target.dtype)
+            except FloatingPointError:
+                raise PretrainedError(
+                    self.where,
+                    f"the tensor {shown_name(actual)} ({np.dtype(source.dtype).name}) holds "
+                    f"values up to {_largest(source):.6g} in magnitude, past the largest "
+                    f"{target.dtype.name} ({float(ml_dtypes.finfo(target.dtype).max):.6g}): "
+                    f"they would become inf. Import it in a dtype that holds them (--dtype "
+                    "bfloat16 or float32)",
+                ) from None
+            yield made
 
     def source_name(self, name: str) -> str:
         return self._names.get(name, name)
@@ -278,7 +345,9 @@ def plan(
 
     Raises:
         PretrainedError: every missing, unexpected or misshapen tensor by its transformers
-            name (all of them at once), or a parameter the table does not fill.
+            name (all of them at once; a name that is not plain shown escaped: `shown_name`),
+            a tensor of an integer or boolean dtype read into a parameter (parameters are
+            floating-point), or a parameter the table does not fill.
     """
     settings = source.settings()
     rules, layers = converter.table(settings), converter.layers(settings)
@@ -286,23 +355,27 @@ def plan(
     _check_layers(rules, layers, present, converter.prefix, where)
     rows = _expand(rules, layers)
     aliases = _aliases(converter.prefix, sorted(present), [name for name, _, _ in rows])
-    missing, misshapen, used = [], [], set()
+    missing, misshapen, integral, used = [], [], [], set()
     pieces: dict[tuple[str, ...], dict[int | None, tuple[str, Rule, int]]] = {}
     wanted = {path_text(p): p for p in variables}
     for name, rule, layer in rows:
         actual = aliases.get(name, name)
         if actual not in present:
             if not rule.optional:
-                missing.append(actual)
+                missing.append(shown_name(actual))
             continue
         used.add(actual)
         problem = _shape_problem(rule, layer, source.shape(actual), variables, wanted)
         if problem:
-            misshapen.append(f"{actual}: {problem}")
+            misshapen.append(f"{shown_name(actual)}: {problem}")
+            continue
+        kind = np.dtype(source.dtype(actual))
+        if rule.targets and not floating(kind):
+            integral.append(f"{shown_name(actual)} is {kind.name}")
             continue
         for part, target in enumerate(rule.targets):
             pieces.setdefault(target, {})[layer] = (actual, rule, part)
-    extra = sorted(present - used)
+    extra = [shown_name(name) for name in sorted(present - used)]
     problems = []
     if missing:
         problems.append(f"missing tensors: {_listed(missing, ', ')}")
@@ -310,6 +383,11 @@ def plan(
         problems.append(f"unexpected tensors: {_listed(extra, ', ')}")
     if misshapen:
         problems.append("tensors of the wrong shape: " + _listed(misshapen, "; "))
+    if integral:
+        problems.append(
+            "tensors of a dtype that is not floating-point, where the model's parameters are "
+            "(a file relabelled or damaged, or not a model's weights): " + _listed(integral, "; ")
+        )
     if problems:
         raise PretrainedError(
             where,
@@ -321,7 +399,7 @@ def plan(
         _target(path, shape, kind, pieces, source, dtype, where)
         for path, (shape, kind) in variables.items()
     ]
-    result = Plan(targets, source)
+    result = Plan(targets, source, where)
     result._names = aliases
     return result
 

@@ -21,11 +21,13 @@ class PretrainedError(NnxError, ValueError):
     """A checkpoint directory (or one of its files) that cannot be imported or exported.
 
     Attributes:
-        where: the file or directory at fault.
+        where: the file or directory at fault (in the message as Python's ``repr`` writes
+            it when it holds a newline or another character that is not printable).
         problem: what is wrong with it, and how to fix it.
     """
 
     def __init__(self, where: str | os.PathLike[str], problem: str, *, action: str = "import"):
         self.where = os.fspath(where)
         self.problem = problem
-        super().__init__(f"cannot {action} {self.where}: {problem}")
+        shown = self.where if self.where.isprintable() else repr(self.where)  # (one line)
+        super().__init__(f"cannot {action} {shown}: {problem}")

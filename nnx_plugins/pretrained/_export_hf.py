@@ -38,7 +38,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import stat
 import struct
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -48,9 +47,8 @@ import numpy as np
 import nnx_core as nnx
 from nnx_layers import LoRALinear, LoRAParam
 
-from .._files import NotRegularFile, file_kind, read_regular
+from .._files import read_regular
 from .._stopping import check
-from .._text import os_problem
 from ..config._build import build
 from ..training._config import load_train_config
 from ..training.data._tokenizers import MAX_TOKENIZER_BYTES, HFTokenizer, TokenizerError
@@ -65,6 +63,7 @@ from ._source import (
     TOKENIZER,
     TOKENIZER_CONFIG,
     read_json,
+    read_side,
 )
 
 __all__ = ["HfExport", "export_hf"]
@@ -296,41 +295,10 @@ def _side_files(folder: pathlib.Path) -> list[tuple[str, bytes]]:
         if not os.path.lexists(side):
             continue
         limit = MAX_TOKENIZER_BYTES if name == TOKENIZER else MAX_JSON_BYTES
-        data = _read_side(side, folder, limit)
+        data = read_side(side, folder, limit, action="export", read=read_regular)
         _check_side(side, name)
         found.append((name, data))
     return found
-
-
-def _read_side(side: pathlib.Path, folder: pathlib.Path, limit: int) -> bytes:
-    """The bytes of the side file ``side``, a regular file of ``folder`` of at most ``limit``
-    bytes (see `_side_files`)."""
-    link = f" (a symlink to {os.readlink(side)})" if side.is_symlink() else ""
-    try:
-        mode = os.stat(side).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(file_kind(mode))
-        if link and side.resolve().parent != folder.resolve():
-            problem = (
-                f"is a symlink to {os.readlink(side)}, leading out of its folder {folder}: an "
-                "export copies that folder's own files only. Put the file itself there, or "
-                "remove the link"
-            )
-        else:
-            return read_regular(side, limit)
-    except NotRegularFile as error:
-        problem = (
-            f"is not a regular file: it is {error.kind}{link}. Put the file itself there, or "
-            "remove it"
-        )
-    except OSError as error:
-        problem = f"cannot be read{link}: {os_problem(error)}"
-    except ValueError as error:  # (over the limit)
-        problem = (
-            f"{error} (the most a {side.name} may have); it is not a file transformers wrote: "
-            "fix or remove it"
-        )
-    raise PretrainedError(side, problem, action="export") from None
 
 
 def _check_side(side: pathlib.Path, name: str) -> None:

@@ -40,7 +40,7 @@ import yaml
 
 import nnx_core
 
-from .._files import open_regular, usual_mode
+from .._files import usual_mode
 from .._stopping import check, published, shielded
 from .._text import content_kind, os_problem
 from ..config._build import build
@@ -63,8 +63,6 @@ DEFAULT_TEXT = "stdlib:json"
 #: the model types trained as masked language models: their text data masks tokens (BERT's)
 MASKED_MODELS = ("MaskedLM",)
 _MASK_PROBABILITY = 0.15
-_SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "config.json", "generation_config.json")
-"""Copied into DST: the tokenizer, and transformers' configs (``nnx export hf`` writes them back)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +77,9 @@ class Imported:
         parameters: how many numbers the model holds.
         bytes: the size of the checkpoint's tensor file.
         dtype: the parameters' dtype.
+        converted_from: the checkpoint's own dtype when it is not one ``--dtype`` takes
+            (float64: jax computes in float32) and the import converted it to ``dtype``;
+            None otherwise.
     """
 
     architecture: str
@@ -88,6 +89,7 @@ class Imported:
     parameters: int
     bytes: int
     dtype: str
+    converted_from: str | None = None
 
 
 def find_converter(
@@ -135,7 +137,14 @@ def _nnx_config(name: str, converter: Converter, source: Source, registry: Regis
     provider = registry.resolve("converter", name).plugin
     try:
         config = converter.config(source.config)
-    except (ValueError, KeyError, TypeError) as error:
+    except KeyError as error:  # (a pack's converter reading config[key]: the field is missing)
+        key = error.args[0] if error.args else None
+        if isinstance(key, str) and key not in source.config:
+            text = f"config.json has no field {key!r}, which the converter reads"
+        else:
+            text = f"the converter failed looking up {key!r} (KeyError)"
+        raise PretrainedError(where, f"{text} (converter {name} of {provider})") from None
+    except (ValueError, TypeError, ArithmeticError) as error:
         text = str(error.args[0]) if error.args else type(error).__name__
         raise PretrainedError(where, f"{text} (converter {name} of {provider})") from None
     if not isinstance(config, Mapping) or not isinstance(config.get("model"), Mapping):
@@ -210,6 +219,12 @@ def _token_ids(source: Source, key: str, model: Mapping[str, Any], vocab: int) -
         return None
     many = key == "eos_token_id"
     ids = value if many and isinstance(value, list) else [value]
+    if not ids:
+        raise PretrainedError(
+            where,
+            f"'{key}' is an empty list: give a token id or a list of them, or remove the field "
+            f"(then {CONFIG}'s is read, as transformers reads it)",
+        )
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         shown = json.dumps(value)
         shown = shown if len(shown) <= 60 else content_kind(value)
@@ -294,7 +309,20 @@ def _mask_token_id(source: Source, model: Mapping[str, Any]) -> int | None:
 def _check_destination(destination: pathlib.Path, *, meanwhile: bool = False) -> None:
     """Refuse a ``destination`` that is not a new or empty folder (``meanwhile``: it was when
     the import started, and another process wrote it since)."""
-    if destination.is_symlink() or (destination.exists() and not destination.is_dir()):
+    if destination.name in ("", "..") or os.path.ismount(destination):
+        raise PretrainedError(
+            destination,
+            "--out is '.', '..', the root or a mount point: the import puts a new folder in "
+            "place under the name --out gives, which such a path cannot be renamed to. Give a "
+            "named folder, e.g. --out ./model",
+        )
+    if destination.is_symlink():
+        raise PretrainedError(
+            destination,
+            f"--out is a symlink (to {os.readlink(destination)}); the import does not write "
+            "through links. Give a new or empty directory itself",
+        )
+    if destination.exists() and not destination.is_dir():
         raise PretrainedError(
             destination, "--out names an existing file; give a new or empty directory"
         )
@@ -337,7 +365,8 @@ def import_hf(
             ``checkpoint/`` (what `nnx_plugins.load`, ``nnx eval``, ``nnx generate`` and
             ``nnx train`` take) and the tokenizer files.
         dtype: the parameters' dtype (``float32``, ``bfloat16``, ``float16``); None keeps the
-            checkpoint's (the dtype holding most of its bytes).
+            checkpoint's (the dtype holding most of its bytes), or converts a float64 one to
+            float32 (`Imported.converted_from` says so).
         registry: where converters and layers are found; the default registry when omitted.
 
     Returns:
@@ -356,6 +385,10 @@ def import_hf(
     ):
         if not text.strip():
             raise PretrainedError(repr(text), f"{name} is empty: give {wanted}")
+        if "\x00" in text:
+            raise PretrainedError(
+                repr(text), f"{name} holds a NUL character, which no path can: give {wanted}"
+            )
     destination = pathlib.Path(destination)
     if dtype is not None and dtype not in DTYPES:
         raise PretrainedError(
@@ -367,6 +400,9 @@ def import_hf(
         src.architecture, registry=registry, where=src.directory / CONFIG
     )
     chosen = np.dtype(dtype) if dtype is not None else _checkpoint_dtype(src)
+    converted = None
+    if chosen.name not in DTYPES:  # (float64: jax makes float32 models unless x64 is on)
+        converted, chosen = chosen.name, np.dtype(np.float32)
     config = _full_config(_nnx_config(name, converter, src, registry), src)
     if chosen != np.float32:
         config["model"] = _with_param_dtype(config["model"], chosen.name, registry)
@@ -401,6 +437,7 @@ def import_hf(
         sum(int(np.prod(p.shape)) for p in parameters),
         written,
         chosen.name,
+        converted,
     )
 
 
@@ -459,8 +496,8 @@ def _write(
             str(temporary / "checkpoint"), parameters, config={"model": config["model"]}, run=run
         )
         _write_config(temporary / "config.yaml", config, source)
-        for name in _SIDE_FILES:
-            _copy_side_file(source.directory / name, temporary / name)
+        for name, data in source.side.items():
+            (temporary / name).write_bytes(data)
         check()  # (a stop whose own raise was lost: nothing is put in place)
         with shielded():  # (put in place and recorded together)
             _rename_into(temporary, destination)
@@ -488,22 +525,6 @@ def _missing_folders(folder: pathlib.Path) -> list[pathlib.Path]:
         missing.append(folder)
         folder = folder.parent
     return missing[::-1]
-
-
-def _copy_side_file(source: pathlib.Path, target: pathlib.Path) -> None:
-    """Copy ``source`` (a tokenizer or config file of SRC) when it is a regular file; a
-    failure to read it is said as SRC's, not as DST's."""
-    if not source.is_file():
-        return
-    try:
-        reading = open_regular(source)
-    except (OSError, ValueError) as error:
-        problem = os_problem(error) if isinstance(error, OSError) else str(error)
-        raise PretrainedError(
-            source, f"cannot be read: {problem}; nothing was written to the --out folder"
-        ) from None
-    with reading, open(target, "wb") as writing:
-        shutil.copyfileobj(reading, writing)
 
 
 def _rename_into(temporary: pathlib.Path, destination: pathlib.Path) -> None:
@@ -548,9 +569,17 @@ class _Plain(yaml.SafeDumper):
         return True
 
 
+def _quoted(text: str) -> str:
+    """``text`` in double quotes, escaped (JSON's escapes) so that it stays on its line of a
+    YAML comment: a SRC named ``m\\ntrain: {steps: 9}`` wrote a line of config."""
+    shown = json.dumps(text, ensure_ascii=False)
+    return shown if shown.isprintable() else json.dumps(text)  # (U+2028, U+0085: YAML breaks)
+
+
 def _write_config(path: pathlib.Path, config: dict[str, Any], source: Source) -> None:
     head = (
-        f"# {source.architecture} imported from {source.directory.resolve()} by nnx import hf.\n"
+        f"# {_quoted(source.architecture)} imported from {_quoted(str(source.directory.resolve()))}"
+        " by nnx import hf.\n"
         + _usage(config)
         + "# fine-tune on your text with: nnx train config.yaml data.path=notes.txt\n"
     )

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .._stopping import check
+from .._stopping import check, shielded
 from ..training.checkpoints._entries import _entry, entry_key, header
 from ..training.checkpoints._save import (
     FORMAT_VERSION,
@@ -91,6 +91,10 @@ def _arrays(parameters: Sequence[Parameter]) -> Iterator[np.ndarray]:
             yield np.ascontiguousarray(array).view(stored)
 
 
+_JOIN_SECONDS = 30.0
+"""The longest a stopped or failed write waits for the thread making tensors to end."""
+
+
 def _ahead(arrays: Iterator[np.ndarray], depth: int = 2) -> Iterator[np.ndarray]:
     """``arrays``, made in a thread while the caller writes the previous ones: the transposes
     and the hashing and writing (all of which release the GIL) run on two cores. At most
@@ -116,7 +120,8 @@ def _ahead(arrays: Iterator[np.ndarray], depth: int = 2) -> Iterator[np.ndarray]
         waiting.put(done)
 
     worker = threading.Thread(target=make, name="nnx-import-tensors", daemon=True)
-    worker.start()
+    with shielded():  # (a stop inside `Thread.start`'s own locks broke them: RuntimeError)
+        worker.start()
     try:
         while (item := waiting.get()) is not done:
             yield item
@@ -124,7 +129,8 @@ def _ahead(arrays: Iterator[np.ndarray], depth: int = 2) -> Iterator[np.ndarray]
             raise failure[0]
     finally:
         stop.set()
-        worker.join()
+        with shielded():  # (the worker ends within a tensor; bounded: it is a daemon)
+            worker.join(_JOIN_SECONDS)
 
 
 class _Hashing:

@@ -46,7 +46,7 @@ def _config(config: Mapping[str, Any]) -> dict[str, Any]:
         "mlp": {
             "type": "MLP",
             "features": width,
-            "hidden": config.get("n_inner") or 4 * width,
+            "hidden": 4 * width if config.get("n_inner") is None else size(config, "n_inner"),
             "activation": activation(config, "activation_function", "gelu_new"),
         },
         "attention_norm": norm,

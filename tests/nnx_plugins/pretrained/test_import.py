@@ -208,7 +208,7 @@ def test_a_huge_config_json(tmp_path, copy_of, monkeypatch):
     monkeypatch.setattr("nnx_plugins.pretrained._source.MAX_JSON_BYTES", 1000)
     source = copy_of("llama")
     (source / "config.json").write_text(json.dumps({"pad": "x" * 2000}))
-    _refused(source, tmp_path / "out", r"config\.json is 2,0\d\d bytes, more than the 1,000")
+    _refused(source, tmp_path / "out", r"config\.json: it holds 2,0\d\d bytes, more than 1,000")
 
 
 def test_missing_extra_and_misshapen_tensors_are_named(tmp_path, copy_of):

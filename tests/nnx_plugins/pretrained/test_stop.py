@@ -140,3 +140,62 @@ def test_the_message_says_whether_the_output_was_put_in_place():
     )
     text, status = _stop.stop_message(KeyboardInterrupt(), "export", "m.jax", complete=False)
     assert status == 130 and text.startswith("nnx: interrupted: nothing was written (m.jax is as")
+
+
+def test_a_second_stop_as_a_shielded_step_begins_waits_for_it(sigterm_default):
+    """The second stop handled at the start of the shield's own code (contextlib's helper,
+    when `shielded` was a contextmanager) was raised before the step began: a ``finally:``'s
+    removal of the temporary output was skipped (a ``.DST.tmp-*`` left beside DST, 5 runs in
+    100 of Ctrl-C then SIGTERM), while the command said nothing was written."""
+    cleaned = []
+
+    def second_stop_lands(frame, event, arg):  # (at the first Python code `shielded()` runs)
+        if event == "call":
+            sys.setprofile(None)
+            _stop._handler(signal.SIGTERM, frame)
+
+    with pytest.raises(KeyboardInterrupt) as caught, stop_on_signals():
+        try:
+            _stop._handler(signal.SIGINT, None)  # (the first stop)
+        finally:
+            sys.setprofile(second_stop_lands)
+            with shielded():
+                sys.setprofile(None)
+                cleaned.append(True)
+    assert cleaned == [True]
+    assert type(caught.value) is KeyboardInterrupt  # (the first stop is the one said)
+
+
+def test_an_error_that_follows_a_stop_is_said_as_the_stop(
+    sigterm_default, tmp_path, monkeypatch, capsys
+):
+    """A stop landing inside Python's threading locks broke them: "RuntimeError: release
+    unlocked lock" came out of the import as a traceback, not as the stop."""
+    from nnx_plugins.cli._main import main
+    from nnx_plugins.pretrained import _import
+
+    def broken(*args, **kwargs):
+        try:
+            _stop._handler(signal.SIGTERM, None)
+        except KeyboardInterrupt:
+            pass  # (swallowed by a lock's clean-up, which then fails)
+        raise RuntimeError("release unlocked lock")
+
+    monkeypatch.setattr(_import, "import_hf", broken)
+    out = tmp_path / "out"
+    assert main(["import", "hf", str(FIXTURES / "llama"), "--out", str(out)]) == 143
+    err = capsys.readouterr().err
+    assert err.startswith("nnx: stopped by SIGTERM: nothing was written") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_error_without_a_stop_is_not_hidden(tmp_path, monkeypatch):
+    from nnx_plugins.cli._main import main
+    from nnx_plugins.pretrained import _import
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(_import, "import_hf", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["import", "hf", str(FIXTURES / "llama"), "--out", str(tmp_path / "out")])
