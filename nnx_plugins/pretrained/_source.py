@@ -6,7 +6,8 @@ transformers' order: ``model.safetensors`` when it is there, the index otherwise
 present ``generation_config.json``, ``tokenizer.json`` and ``tokenizer_config.json``. Those four
 (`COPIED`) are read once, as the import copies them: each present one must be a regular file of
 the directory (a symlink leading out of it, a dangling one, a FIFO or a device is refused, never
-left out) within its size limit. Every JSON file is read bounded in size and depth, must be an
+left out) within its size limit. A Hugging Face hub cache's snapshot folder, whose files link to
+the model's ``blobs`` folder, is read through those links (`owned`). Every JSON file is read bounded in size and depth, must be an
 object and give each key once; every file the index names must be a plain file name inside the
 directory; every tensor must be in exactly one file; the special tokens of
 ``tokenizer_config.json`` must be token texts. Each problem is a `PretrainedError` naming the
@@ -153,8 +154,9 @@ def read_side(
     read: Callable[[pathlib.Path, int], bytes] | None = None,
 ) -> bytes:
     """The bytes of ``side``, a file of ``folder`` that is copied with the model (a config,
-    the tokenizer): a regular file of ``folder`` (a symlink may point to one in it; one leading
-    out of it is refused: the ``action`` copies that folder's own files), of at most ``limit``
+    the tokenizer): a regular file of ``folder`` (a symlink may point to one in it, or to its
+    hub cache blob: `owned`; one leading out of it is refused: the ``action`` copies that
+    folder's own files), of at most ``limit``
     bytes, read by ``read`` (`read_regular` when None). A present file that cannot be copied
     is refused, never left out.
 
@@ -180,7 +182,7 @@ def read_side(
         mode = os.stat(side).st_mode
         if not stat.S_ISREG(mode):
             raise NotRegularFile(file_kind(mode))
-        if link and side.resolve().parent != folder.resolve():
+        if link and not owned(side, folder):
             problem = (
                 f"is a symlink to {os.readlink(side)}, leading out of its folder {folder}: an "
                 f"{action} copies that folder's own files only. Put the file itself there, or "
@@ -222,11 +224,37 @@ def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def owned(path: pathlib.Path, folder: pathlib.Path) -> bool:
+    """Whether ``path``, a name in ``folder`` (perhaps a symlink), is ``folder``'s own file: one
+    in it, or, in a Hugging Face hub cache (``.../snapshots/REV/NAME -> ../../blobs/HASH``,
+    as ``huggingface_hub`` downloads a model), that model's blob.
+
+    Example:
+        >>> import os, pathlib, tempfile
+        >>> from nnx_plugins.pretrained._source import owned
+        >>> repo = pathlib.Path(tempfile.mkdtemp())
+        >>> snapshot = repo / "snapshots" / "0123abc"
+        >>> os.makedirs(repo / "blobs"); os.makedirs(snapshot)
+        >>> (repo / "blobs" / "9f86d0").write_text("{}")
+        2
+        >>> os.symlink("../../blobs/9f86d0", snapshot / "config.json")
+        >>> os.symlink("/etc/hostname", snapshot / "tokenizer.json")
+        >>> owned(snapshot / "config.json", snapshot), owned(snapshot / "tokenizer.json", snapshot)
+        (True, False)
+    """
+    parent, inside = path.resolve().parent, folder.resolve()
+    if parent == inside:
+        return True
+    return (
+        inside.parent.name == "snapshots" and parent == (inside.parent.parent / "blobs").resolve()
+    )
+
+
 def _confined(directory: pathlib.Path, names: Any, index: pathlib.Path) -> dict[str, pathlib.Path]:
     """Each distinct file name of ``names`` (the index's values) -> its path in ``directory``,
     checked once: a plain file name inside the directory, not a symlink leading out of it.
     (Checked per tensor, a 1.3-million-entry index took 3 minutes to be refused.)"""
-    inside, paths = directory.resolve(), {}
+    paths: dict[str, pathlib.Path] = {}
     for name in names:
         if isinstance(name, str) and name in paths:
             continue
@@ -243,7 +271,7 @@ def _confined(directory: pathlib.Path, names: Any, index: pathlib.Path) -> dict[
                 "the model directory; refusing to read outside it",
             )
         path = directory / name
-        if path.resolve().parent != inside:
+        if not owned(path, directory):
             raise PretrainedError(
                 index,
                 f"names {shown_name(name)}, a symlink leading out of the model directory; "

@@ -290,6 +290,30 @@ def test_a_side_file_linked_inside_the_source_is_copied(tmp_path, copy_of):
     assert copied.read_bytes() == (source / "real-tokenizer.json").read_bytes()
 
 
+@pytest.mark.parametrize("family", ["llama", "mistral"])  # (one file; shards and an index)
+def test_a_hugging_face_hub_snapshot_imports_through_its_blob_links(tmp_path, family):
+    # (huggingface_hub's cache: snapshots/REV/NAME -> ../../blobs/HASH; refused as links out)
+    repo = tmp_path / f"models--tiny--{family}"
+    snapshot = repo / "snapshots" / "5a1b"
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for i, path in enumerate(sorted((FIXTURES / family).iterdir())):
+        shutil.copy(path, repo / "blobs" / f"{i:040x}")
+        os.symlink(f"../../blobs/{i:040x}", snapshot / path.name)
+    done = import_hf(snapshot, tmp_path / "out")
+    direct = import_hf(FIXTURES / family, tmp_path / "direct")
+    for name in ("tokenizer.json", "checkpoint/manifest.json"):
+        copied = done.directory / name
+        assert not copied.is_symlink() and copied.is_file()
+    ours = nnx_plugins.load(done.checkpoint)(np.arange(6).reshape(1, 6) + 3)
+    theirs = nnx_plugins.load(direct.checkpoint)(np.arange(6).reshape(1, 6) + 3)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+    os.symlink(FIXTURES / family / "tokenizer.json", snapshot / "elsewhere.json")
+    (snapshot / "tokenizer.json").unlink()
+    os.symlink("elsewhere.json", snapshot / "tokenizer.json")  # (a link to a link out)
+    refused(snapshot, tmp_path / "again", "leading out of its folder")
+
+
 # -- 10. names from a header -----------------------------------------------------------------
 def test_a_tensor_name_cannot_write_to_the_terminal(tmp_path, copy_of, capsys):
     evil = "evil\nimported LlamaForCausalLM: all good\x1b[8m"
