@@ -21,6 +21,7 @@ from ._checks import (
     as_input,
     canonical_axes,
     check_feature_size,
+    check_param_dtype,
     check_positive_int,
     frozen,
     metadata,
@@ -154,7 +155,7 @@ class GroupNorm(Module):
         self.group_size = group_size
         self.epsilon = check_epsilon("GroupNorm", epsilon)
         self.dtype = dtype
-        self.param_dtype = param_dtype
+        self.param_dtype = check_param_dtype("GroupNorm", "param_dtype", param_dtype)
         self.use_bias = use_bias
         self.use_scale = use_scale
         self.bias_init = bias_init
@@ -279,7 +280,7 @@ class InstanceNorm(Module):
         self.num_features = check_positive_int("InstanceNorm", "num_features", num_features)
         self.epsilon = check_epsilon("InstanceNorm", epsilon)
         self.dtype = dtype
-        self.param_dtype = param_dtype
+        self.param_dtype = check_param_dtype("InstanceNorm", "param_dtype", param_dtype)
         self.use_bias = use_bias
         self.use_scale = use_scale
         self.bias_init = bias_init

@@ -23,6 +23,7 @@ from ._checks import (
     as_input,
     canonical_axes,
     check_feature_size,
+    check_param_dtype,
     check_positive_int,
     frozen,
     metadata,
@@ -129,7 +130,7 @@ class BatchNorm(Module):
         self.momentum = _check_momentum(momentum)
         self.epsilon = check_epsilon("BatchNorm", epsilon)
         self.dtype = dtype
-        self.param_dtype = param_dtype
+        self.param_dtype = check_param_dtype("BatchNorm", "param_dtype", param_dtype)
         self.use_bias = use_bias
         self.use_scale = use_scale
         self.bias_init = bias_init
@@ -264,7 +265,7 @@ class LayerNorm(Module):
         self.num_features = check_positive_int("LayerNorm", "num_features", num_features)
         self.epsilon = check_epsilon("LayerNorm", epsilon)
         self.dtype = dtype
-        self.param_dtype = param_dtype
+        self.param_dtype = check_param_dtype("LayerNorm", "param_dtype", param_dtype)
         self.use_bias = use_bias
         self.use_scale = use_scale
         self.bias_init = bias_init
@@ -352,7 +353,7 @@ class RMSNorm(Module):
         self.num_features = check_positive_int("RMSNorm", "num_features", num_features)
         self.epsilon = check_epsilon("RMSNorm", epsilon)
         self.dtype = dtype
-        self.param_dtype = param_dtype
+        self.param_dtype = check_param_dtype("RMSNorm", "param_dtype", param_dtype)
         self.use_scale = use_scale
         self.scale_init = scale_init
         self.reduction_axes = frozen(reduction_axes)

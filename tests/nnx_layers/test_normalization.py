@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from nnx_core import BatchStat, Module, Param, Rngs
-from nnx_layers import BatchNorm, LayerNorm, RMSNorm, initializers
+from nnx_layers import BatchNorm, GroupNorm, InstanceNorm, LayerNorm, RMSNorm, initializers
 
 AFFINE = ["scale", "bias"]
 
@@ -311,3 +311,23 @@ def test_batchnorm_set_view():
     x = jnp.arange(6.0).reshape(2, 3)
     np.testing.assert_allclose(bn(x), x / jnp.sqrt(1 + bn.epsilon), rtol=1e-6)
     np.testing.assert_array_equal(bn.mean.value, jnp.zeros(3))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda dtype: BatchNorm(4, param_dtype=dtype, rngs=Rngs(0)),
+        lambda dtype: LayerNorm(4, param_dtype=dtype, rngs=Rngs(0)),
+        lambda dtype: RMSNorm(4, param_dtype=dtype, rngs=Rngs(0)),
+        lambda dtype: GroupNorm(4, num_groups=2, param_dtype=dtype, rngs=Rngs(0)),
+        lambda dtype: InstanceNorm(4, param_dtype=dtype, rngs=Rngs(0)),
+    ],
+    ids=["BatchNorm", "LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm"],
+)
+def test_a_norm_refuses_a_parameter_dtype_that_cannot_be_trained(make):
+    # (it trained until the first gradient: "grad requires real- or complex-valued inputs")
+    with pytest.raises(ValueError, match=r"param_dtype must be a floating dtype .* got bool"):
+        make(jnp.bool_)
+    with pytest.raises(ValueError, match=r"param_dtype must be a floating dtype .* got int32"):
+        make("int32")
+    assert make(jnp.bfloat16).param_dtype == jnp.bfloat16
