@@ -4,7 +4,10 @@
 The prompt and its continuation go to stdout (nothing else, so the text can be piped); with
 several ``--prompt`` (continued as one batch) each prompt and its continuation, in order, an
 empty line between them. The line saying which checkpoint, how many tokens and how fast goes
-to stderr. Generation imports jax inside the handler only, so the listing commands stay fast.
+to stderr. The text is written through ``sys.stdout``, so that a stdout that cannot take it
+(a full disk, a closed stream) is the command's one error line and exit status 1
+(`nnx_plugins.cli._main.main`). Generation imports jax inside the handler only, so the
+listing commands stay fast.
 
 Example:
     >>> from nnx_plugins.cli._main import build_parser
@@ -63,15 +66,23 @@ def _stopped(stop: BaseException) -> int:
 
 
 def _generated(args: argparse.Namespace, check: Callable[[], None]) -> int:
+    from ..config._errors import ConfigError  # (here: listing stays light)
     from ..config._load import load_config  # (here: listing stays light)
-    from ..generation._generate import generate  # (here: listing stays light)
+    from ..generation._generate import generate, transformers_config  # (listing stays light)
     from ..training._config import load_train_config  # (here: listing stays light)
 
     given = one_file(args, "generate FILE --checkpoint DIR --prompt TEXT [options] [KEY=VALUE...]")
     if given is None:
         return 2
     try:
-        config = load_train_config(load_config(given[0], overrides=given[1]))
+        try:
+            config = load_train_config(load_config(given[0], overrides=given[1]))
+        except ConfigError:
+            said = transformers_config(given[0])  # (not one line per key of config.json)
+            if said is None:
+                raise
+            report(f"nnx: error: {given[0]}: {said}")
+            return 1
         chosen = resolve_checkpoint(args.checkpoint, config)
         result = _waited(
             generate,
@@ -139,14 +150,23 @@ def _waited(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 def write_text(text: str) -> None:
     """Write ``text`` on stdout as UTF-8, whatever the locale's encoding (a character it
-    cannot spell is no reason to fail after the work is done)."""
-    sys.stdout.flush()
-    buffer = getattr(sys.stdout, "buffer", None)
-    if buffer is None:  # (a text-only stream, e.g. captured in a test)
-        sys.stdout.write(text)
-    else:
-        buffer.write(text.encode("utf-8"))
-    sys.stdout.flush()
+    cannot spell is no reason to fail after the work is done): the stream is switched to
+    UTF-8 (``reconfigure``) and written through ``sys.stdout`` itself, never past it to its
+    byte buffer, so that a failed write is seen as the output's (`nnx_plugins.cli._main`
+    says it in one line: a full disk, a closed stdout); written past it, 8 kB or more to a
+    full disk were a traceback.
+
+    Raises:
+        OSError: stdout cannot take the text.
+    """
+    stream = sys.stdout
+    stream.flush()
+    encoding = str(getattr(stream, "encoding", None) or "utf-8")
+    reconfigure = getattr(stream, "reconfigure", None)
+    if encoding.lower().replace("-", "").replace("_", "") != "utf8" and callable(reconfigure):
+        reconfigure(encoding="utf-8")
+    stream.write(text)
+    stream.flush()
 
 
 _DIGITS = re.compile(r"[0-9]{1,30}\Z")

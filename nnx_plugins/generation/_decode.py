@@ -7,7 +7,10 @@ they saw in `Cache` Variables (`MultiHeadAttention`'s keys and values, `Position
 so each new token costs one position's work. `decode_by_recomputation` runs the whole sequence
 again for every token, the reference the cached path must agree with. Both run every step
 inside one compiled ``lax.scan`` and draw the token after position ``t`` with the key
-``fold_in(key(seed), t)``, so on equal logits they return equal tokens.
+``fold_in(key(seed), t)``, so on equal logits they return equal tokens. Each step also keeps,
+per row, the first new token drawn from logits that are not finite (one reduction over the
+vocabulary, read once the program is done): NaN or infinite logits (weights that hold NaN) are
+a `GenerationError` naming that token, not tokens drawn from nothing (every one was id 0).
 
 Example:
     >>> import jax.numpy as jnp
@@ -29,8 +32,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+from collections.abc import Iterator
 from numbers import Integral, Real
 from typing import Any
 
@@ -50,11 +55,14 @@ from ._unroll import unrolling, unstack
 __all__ = [
     "GenerationError",
     "decode",
+    "decoding",
     "decode_by_recomputation",
     "model_max_length",
     "sample",
     "seed_key",
     "check_options",
+    "check_decoding",
+    "not_finite",
     "start_decoding",
     "MAX_SEED",
 ]
@@ -183,14 +191,25 @@ def sample(
         >>> sample(logits, jax.random.key(0), temperature=1e-38, top_k=None).tolist()
         [1]
     """
+    return _checked_sample(logits, key, temperature=temperature, top_k=top_k)[0]
+
+
+def _checked_sample(
+    logits: jax.Array, key: jax.Array, *, temperature: float, top_k: int | None
+) -> tuple[jax.Array, jax.Array]:
+    """`sample`, and whether each row's logits are finite: their largest is a finite number
+    (a NaN anywhere makes it NaN, a +inf infinite, a row of -inf -inf; -inf alone, a token
+    ruled out, is fine). One reduction per step, read once the decoding is done."""
     logits = jax.lax.optimization_barrier(logits.astype(jnp.float32))
+    largest = logits.max(axis=-1, keepdims=True)
+    finite = jnp.isfinite(largest[..., 0])
     if top_k == 1 or _greedy(temperature):
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32), finite
     if top_k is not None and top_k < logits.shape[-1]:
         logits = jnp.where(_top_k_mask(logits, top_k), logits, -jnp.inf)
-    shifted = logits - jax.lax.stop_gradient(logits.max(axis=-1, keepdims=True))
+    shifted = logits - jax.lax.stop_gradient(largest)  # (top_k keeps the largest)
     scaled = shifted / jnp.float32(temperature)
-    return jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)
+    return jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32), finite
 
 
 def _greedy(temperature: float) -> bool:
@@ -210,9 +229,16 @@ def _top_k_mask(logits: jax.Array, k: int) -> jax.Array:
 MAX_POSITIONS = 2**31 - 1
 
 
-def check_options(*, max_tokens: Any, temperature: Any, top_k: Any, seed: Any) -> None:
+def check_options(*, max_tokens: Any, temperature: Any, top_k: Any, seed: Any) -> dict[str, Any]:
     """Refuse a bad option of `decode` (``max_tokens`` may be ``None`` where the caller
-    chooses it later).
+    chooses it later); the options as Python numbers (a numpy integer such as
+    ``np.uint8(3)`` becomes ``3``: arithmetic on it wrapped around or overflowed).
+
+    Example:
+        >>> import numpy as np
+        >>> from nnx_plugins.generation._decode import check_options
+        >>> check_options(max_tokens=np.uint8(3), temperature=np.float32(0.5), top_k=None, seed=np.int64(7))
+        {'max_tokens': 3, 'temperature': 0.5, 'top_k': None, 'seed': 7}
 
     Raises:
         GenerationError: naming the option, what it takes and what it got.
@@ -236,6 +262,12 @@ def check_options(*, max_tokens: Any, temperature: Any, top_k: Any, seed: Any) -
         raise GenerationError(
             f"seed must be a whole number from 0 to 2**63-1 (as train.seed), got {_short(seed)}."
         )
+    return {
+        "max_tokens": None if max_tokens is None else int(max_tokens),
+        "temperature": float(temperature),
+        "top_k": None if top_k is None else int(top_k),
+        "seed": int(seed),
+    }
 
 
 def _as_float(value: Any) -> float:
@@ -255,7 +287,8 @@ to infinity there, with numpy's warnings)."""
 
 def _check_arguments(
     prompt: Any, max_tokens: Any, temperature: Any, top_k: Any, seed: Any = 0
-) -> jax.Array:
+) -> tuple[jax.Array, dict[str, Any]]:
+    """The prompt as int32 token ids on the device, and the options as Python numbers."""
     if not isinstance(prompt, jax.Array):  # (token ids from a tokenizer: put, not staged;
         prompt = np.asarray(prompt)  # jnp.asarray compiles a program per prompt shape)
     if prompt.ndim != 2 or prompt.shape[1] < 1 or not jnp.issubdtype(prompt.dtype, jnp.integer):
@@ -263,10 +296,12 @@ def _check_arguments(
             f"the prompt must be token ids of shape (batch, length) with length >= 1, got "
             f"{prompt.dtype}{list(prompt.shape)}. Pass e.g. jnp.array([[1, 2, 3]])."
         )
-    check_options(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
+    options = check_options(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
+    if max_tokens is None:
+        raise GenerationError("max_tokens must be a whole number >= 1, got None.")
     if isinstance(prompt, np.ndarray):
-        return jax.device_put(prompt.astype(np.int32))
-    return prompt.astype(jnp.int32)
+        return jax.device_put(prompt.astype(np.int32)), options
+    return prompt.astype(jnp.int32), options
 
 
 def _short(value: Any) -> str:
@@ -279,8 +314,22 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check_length(model: Any, prompt: jax.Array, max_tokens: int) -> int:
-    length = prompt.shape[1]
+def check_decoding(
+    model: Any, batch: int, length: int, max_tokens: int, *, held_rows: int = 0
+) -> None:
+    """Refuse, before anything is allocated, decoding ``batch`` prompts of ``length`` tokens
+    by ``max_tokens``: past the model's maximum length or 2**31-1 positions, or needing more
+    memory than is available (with the new tokens of ``held_rows`` other rows held meanwhile,
+    e.g. those of the other prompts of a `generate` call).
+
+    Raises:
+        GenerationError: saying the most that fit.
+    """
+    _check_length(model, length, max_tokens)
+    _check_memory(model, batch, length, max_tokens, held_rows)
+
+
+def _check_length(model: Any, length: int, max_tokens: int) -> int:
     total = length + max_tokens
     limit = _length_limit(model)
     if limit is not None and length >= limit[0]:
@@ -310,22 +359,25 @@ def _tokens(count: int) -> str:
     return f"{count:,} new token{'s' * (count != 1)}"
 
 
-def _check_memory(model: Any, batch: int, length: int, max_tokens: int) -> None:
+def _check_memory(model: Any, batch: int, length: int, max_tokens: int, held_rows: int = 0) -> None:
     """Refuse, before anything is allocated, a decoding whose state (the weights and the KV
-    caches of every position, found abstractly) and tokens exceed the memory available."""
+    caches of every position, found abstractly) and tokens (with the new tokens of
+    ``held_rows`` other rows) exceed the memory available."""
     total = length + max_tokens
-    need = _decoding_bytes(model, batch, total) + 8 * batch * total
+    need = _decoding_bytes(model, batch, total) + 8 * batch * total + 8 * held_rows * max_tokens
     available, what = available_memory()
     if need <= available:
         return
-    first = _decoding_bytes(model, batch, length + 1) + 8 * batch * (length + 1)
+    first = _decoding_bytes(model, batch, length + 1) + 8 * batch * (length + 1) + 8 * held_rows
     per_token = max((need - first) / max(max_tokens - 1, 1), 1.0)
     fit = max(int((available - first) // per_token) + 1, 0) if available >= first else 0
+    prompts = "a prompt" if batch == 1 else f"{batch:,} prompts"
+    held = f", and the new tokens of {held_rows:,} other prompts" if held_rows else ""
     raise GenerationError(
-        f"decoding {max_tokens:,} tokens after a prompt of {length:,} needs at least "
+        f"decoding {max_tokens:,} tokens after {prompts} of {length:,} needs at least "
         f"{human_bytes(need)} ({need:,} bytes: the model's weights and the caches of its "
-        f"{total:,} positions), more than the {human_bytes(available)} of {what}. Ask for at "
-        f"most {_tokens(fit)}."
+        f"{total:,} positions{held}), more than the {human_bytes(available)} of {what}. Ask "
+        f"for at most {_tokens(fit)}."
     )
 
 
@@ -357,6 +409,32 @@ def _logits_of_last(output: Any, batch: int) -> jax.Array:
             f"vocab); this one returned {shape}. End the model with the vocabulary head."
         )
     return output[:, -1]
+
+
+@contextlib.contextmanager
+def _on_token_ids(model: Any, prompt: jax.Array) -> Iterator[None]:
+    """Inside the block (the compiled program traced: the model called on token ids), a
+    model that fails on token ids (an image classifier refusing ``(batch, length)``, a layer
+    of the wrong width) is a `GenerationError` saying so, not the traceback of its layer.
+    Errors of the run itself (out of memory: ``JaxRuntimeError``) pass."""
+    try:
+        yield
+    except GenerationError:  # (e.g. logits of another shape: said already)
+        raise
+    except (ValueError, TypeError, IndexError) as error:
+        raise GenerationError(_fails(model, prompt, error)) from error
+
+
+def _fails(model: Any, prompt: jax.Array, error: BaseException) -> str:
+    said = str(error).strip().split("\n", 1)[0]
+    said = said if len(said) <= 300 else said[:297] + "..."
+    said = said if said.endswith((".", "?", "!")) else said + "."
+    return (
+        f"the model ({type(model).__name__}) fails on token ids of shape "
+        f"{list(prompt.shape)}: {type(error).__name__}: {said} Generation needs a causal "
+        "language model, token ids (batch, length) -> logits (batch, length, vocab), e.g. a "
+        "CausalLM or a model trained with task: language_model."
+    )
 
 
 # -- the two decoders --------------------------------------------------------------------------
@@ -409,27 +487,84 @@ def decode(
             prompt plus ``max_tokens`` past the model's maximum length (or 2**31-1
             positions); caches for them larger than the memory available (estimated
             abstractly, before anything is allocated); a model that does not decode from a
-            cache or does not return ``(batch, length, vocab)`` logits.
+            cache, fails on token ids or does not return ``(batch, length, vocab)`` logits;
+            logits that are not finite (NaN or infinite: checked inside the program, read
+            once at its end), naming the first new token of the first row they hit.
     """
-    prompt = _check_arguments(prompt, max_tokens, temperature, top_k, seed)
+    options = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
+    tokens, bad = decoding(model, prompt, **options, scan_blocks=scan_blocks, mask=mask)
+    problem = not_finite(bad, max_tokens, lambda row: f"row {row + 1}", "the model's weights")
+    if problem:
+        raise GenerationError(problem)
+    return tokens
+
+
+def decoding(
+    model: Any,
+    prompt: Any,
+    *,
+    max_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 0,
+    scan_blocks: bool = False,
+    mask: Any = None,
+) -> tuple[jax.Array, jax.Array]:
+    """`decode` without its check of the logits: the new tokens, and for each row the index
+    of the first new token drawn from logits that are not finite (``max_tokens`` where all
+    were), for `not_finite` to say in the caller's words."""
+    prompt, options = _check_arguments(prompt, max_tokens, temperature, top_k, seed)
     if not isinstance(scan_blocks, bool):
         raise GenerationError(f"scan_blocks must be True or False, got {scan_blocks!r}.")
     try:
         mask = check_mask(model, prompt.shape, mask)
     except PaddingError as error:
         raise GenerationError(str(error)) from None
-    _check_length(model, prompt, max_tokens)
-    _check_memory(model, prompt.shape[0], prompt.shape[1], max_tokens)
+    max_tokens, seed = options["max_tokens"], options["seed"]
+    check_decoding(model, prompt.shape[0], prompt.shape[1], max_tokens)
     graphdef, state = nnx.split(model)
     leaves, treedef = jax.tree.flatten(state)
     if not scan_blocks:  # (the Repeats' blocks taken apart before the program: see _unroll)
         plan = unrolling(graphdef, treedef, leaves)
         graphdef, treedef, leaves = plan.graphdef, plan.treedef, unstack(plan, leaves)
-    options = dict(new=max_tokens, temperature=float(temperature), top_k=top_k)
-    options.update(graphdef=graphdef, treedef=treedef)
-    if mask is not None:
-        return _prefilled(leaves, prompt, jnp.asarray(mask), seed_key(seed), **options)
-    return _cached(leaves, prompt, seed_key(seed), **options)
+    static = dict(new=max_tokens, temperature=options["temperature"], top_k=options["top_k"])
+    static.update(graphdef=graphdef, treedef=treedef)
+    with _on_token_ids(model, prompt):
+        if mask is not None:
+            return _prefilled(leaves, prompt, jnp.asarray(mask), seed_key(seed), **static)
+        return _cached(leaves, prompt, seed_key(seed), **static)
+
+
+def not_finite(bad: Any, new: int, row_name: Any, weights: str, noun: str = "row") -> str | None:
+    """What to say about logits that were not finite, or None where all were finite.
+
+    ``bad`` holds, per row, the index of the first of the ``new`` tokens drawn from such
+    logits (``new`` where none was); ``row_name(row)`` names a row, ``noun`` what a row is;
+    ``weights`` names where the model's weights came from. Reading ``bad`` waits for the
+    decoding to finish.
+
+    Example:
+        >>> import numpy as np
+        >>> from nnx_plugins.generation._decode import not_finite
+        >>> print(not_finite(np.array([4, 4]), 4, lambda row: f"row {row + 1}", "its weights"))
+        None
+        >>> not_finite(np.array([4, 2]), 4, lambda row: f"row {row + 1}", "its weights")[:80]
+        "the model's outputs (logits) are not finite (NaN or infinite) at new token 3 of "
+    """
+    bad = np.asarray(bad).reshape(-1)
+    hit = np.flatnonzero(bad < new)
+    if not hit.size:
+        return None
+    first = int(hit[np.argmin(bad[hit])])
+    more = hit.size - 1
+    others = f" (and {more:,} other {noun}{'s' * (more != 1)})" if more else ""
+    return (
+        f"the model's outputs (logits) are not finite (NaN or infinite) at new token "
+        f"{int(bad[first]) + 1} of {row_name(first)}{others}: no token can be drawn from them. "
+        f"{weights[:1].upper()}{weights[1:]} hold NaN or infinite values, or the model "
+        "overflows on this input (e.g. in float16): check the checkpoint (a run that diverged, "
+        "an edited or a badly converted one)."
+    )
 
 
 _STATIC = ("graphdef", "new", "temperature", "top_k")
@@ -447,18 +582,29 @@ def _cached(leaves: list[Any], prompt: jax.Array, key: jax.Array, **static: Any)
     model = nnx.merge(static["graphdef"], state)  # new objects: the caller's model is untouched
     start_decoding(model, batch, length + new)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    draw = functools.partial(sample, temperature=static["temperature"], top_k=static["top_k"])
+    draw = functools.partial(
+        _checked_sample, temperature=static["temperature"], top_k=static["top_k"]
+    )
 
     def step(carry: Any, t: jax.Array) -> Any:
-        rest, previous = carry
+        rest, previous, bad = carry
         token = jnp.where(t < length, prompt[:, jnp.minimum(t, length - 1)], previous)
         model = nnx.merge(graphdef, params, rest)
-        drawn = draw(_logits_of_last(model(token[:, None]), batch), jax.random.fold_in(key, t))
-        return (nnx.state(model, nnx.Not(nnx.Param)), drawn), drawn
+        logits = _logits_of_last(model(token[:, None]), batch)
+        drawn, finite = draw(logits, jax.random.fold_in(key, t))
+        bad = _first_bad(bad, finite, t - (length - 1), new)  # (< 0: a prompt position)
+        return (nnx.state(model, nnx.Not(nnx.Param)), drawn, bad), drawn
 
-    start = (rest, jnp.zeros((batch,), jnp.int32))
-    _, drawn = jax.lax.scan(step, start, jnp.arange(length + new - 1))
-    return drawn[length - 1 :].T
+    start = (rest, jnp.zeros((batch,), jnp.int32), jnp.full((batch,), new, jnp.int32))
+    (_, _, bad), drawn = jax.lax.scan(step, start, jnp.arange(length + new - 1))
+    return drawn[length - 1 :].T, bad
+
+
+def _first_bad(bad: jax.Array, finite: jax.Array, index: Any, new: int) -> jax.Array:
+    """Each row's index of the first new token drawn from logits that are not finite (``new``
+    while none was), after the draw of new token ``index`` (negative: a prompt position's
+    logits, not drawn from)."""
+    return jnp.minimum(bad, jnp.where(finite | (index < 0), new, index).astype(jnp.int32))
 
 
 @functools.partial(jax.jit, static_argnames=(*_STATIC, "treedef"))
@@ -474,22 +620,26 @@ def _prefilled(
     model = nnx.merge(static["graphdef"], state)  # new objects: the caller's model is untouched
     start_decoding(model, batch, length + new)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    draw = functools.partial(sample, temperature=static["temperature"], top_k=static["top_k"])
+    draw = functools.partial(
+        _checked_sample, temperature=static["temperature"], top_k=static["top_k"]
+    )
     model = nnx.merge(graphdef, params, rest)
     logits = _logits_of_last(model(prompt, mask=mask), batch)
-    first = draw(logits, jax.random.fold_in(key, length - 1))
+    first, finite = draw(logits, jax.random.fold_in(key, length - 1))
+    bad = _first_bad(jnp.full((batch,), new, jnp.int32), finite, 0, new)
     real = jnp.ones((batch, 1), bool)
 
     def step(carry: Any, t: jax.Array) -> Any:
-        rest, previous = carry
+        rest, previous, bad = carry
         model = nnx.merge(graphdef, params, rest)
         logits = _logits_of_last(model(previous[:, None], mask=real), batch)
-        drawn = draw(logits, jax.random.fold_in(key, t))
-        return (nnx.state(model, nnx.Not(nnx.Param)), drawn), drawn
+        drawn, finite = draw(logits, jax.random.fold_in(key, t))
+        bad = _first_bad(bad, finite, t - (length - 1), new)
+        return (nnx.state(model, nnx.Not(nnx.Param)), drawn, bad), drawn
 
-    start = (nnx.state(model, nnx.Not(nnx.Param)), first)
-    _, drawn = jax.lax.scan(step, start, jnp.arange(length, length + new - 1))
-    return jnp.concatenate([first[:, None], drawn.T], axis=1)
+    start = (nnx.state(model, nnx.Not(nnx.Param)), first, bad)
+    (_, _, bad), drawn = jax.lax.scan(step, start, jnp.arange(length, length + new - 1))
+    return jnp.concatenate([first[:, None], drawn.T], axis=1), bad
 
 
 def decode_by_recomputation(
@@ -521,11 +671,17 @@ def decode_by_recomputation(
     Raises:
         GenerationError: as `decode` (but a model need not decode from a cache).
     """
-    prompt = _check_arguments(prompt, max_tokens, temperature, top_k, seed)
-    _check_length(model, prompt, max_tokens)
+    prompt, options = _check_arguments(prompt, max_tokens, temperature, top_k, seed)
+    max_tokens, seed = options["max_tokens"], options["seed"]
+    _check_length(model, prompt.shape[1], max_tokens)
     graphdef, state = nnx.split(model)
-    options = dict(new=max_tokens, temperature=float(temperature), top_k=top_k)
-    return _recomputed(state, prompt, seed_key(seed), graphdef=graphdef, **options)
+    static = dict(new=max_tokens, temperature=options["temperature"], top_k=options["top_k"])
+    with _on_token_ids(model, prompt):
+        tokens, bad = _recomputed(state, prompt, seed_key(seed), graphdef=graphdef, **static)
+    problem = not_finite(bad, max_tokens, lambda row: f"row {row + 1}", "the model's weights")
+    if problem:
+        raise GenerationError(problem)
+    return tokens
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
@@ -533,15 +689,22 @@ def _recomputed(state: Any, prompt: jax.Array, key: jax.Array, **static: Any) ->
     """`decode_by_recomputation`'s compiled loop: the whole buffer through the model per step."""
     model = nnx.merge(static["graphdef"], state)  # new objects: the caller's model is untouched
     model.eval()
-    draw = functools.partial(sample, temperature=static["temperature"], top_k=static["top_k"])
+    draw = functools.partial(
+        _checked_sample, temperature=static["temperature"], top_k=static["top_k"]
+    )
     batch, length = prompt.shape
-    total = length + static["new"]
+    new = static["new"]
+    total = length + new
 
-    def step(ids: jax.Array, t: jax.Array) -> Any:
+    def step(carry: Any, t: jax.Array) -> Any:
+        ids, bad = carry
         window = jax.lax.dynamic_slice_in_dim(model(ids), t, 1, axis=1)
-        drawn = draw(_logits_of_last(window, batch), jax.random.fold_in(key, t))
-        return jax.lax.dynamic_update_slice_in_dim(ids, drawn[:, None], t + 1, axis=1), drawn
+        drawn, finite = draw(_logits_of_last(window, batch), jax.random.fold_in(key, t))
+        bad = _first_bad(bad, finite, t - (length - 1), new)
+        ids = jax.lax.dynamic_update_slice_in_dim(ids, drawn[:, None], t + 1, axis=1)
+        return (ids, bad), drawn
 
     ids = jnp.zeros((batch, total), jnp.int32).at[:, :length].set(prompt)
-    _, drawn = jax.lax.scan(step, ids, jnp.arange(length - 1, total - 1))
-    return drawn.T
+    start = (ids, jnp.full((batch,), new, jnp.int32))
+    (_, bad), drawn = jax.lax.scan(step, start, jnp.arange(length - 1, total - 1))
+    return drawn.T, bad

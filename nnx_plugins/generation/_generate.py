@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import json
 import os
 import pathlib
 import time
@@ -47,6 +48,10 @@ import numpy as np
 
 from nnx_layers import Embed, MaskedLM
 
+from .._errors import NnxError
+from .._files import read_regular
+from ..config._errors import ConfigError, Problem
+from ..registry._registry import default_registry
 from ..training._assembly import located_data_error
 from ..training._compile_cache import with_compile_cache
 from ..training._config import load_train_config
@@ -55,10 +60,17 @@ from ..training.checkpoints._manifest import read_manifest
 from ..training.data._base import DataError
 from ..training.data._text import Vocabulary
 from ..training.data._tokenizers import make_tokenizer
-from ._decode import GenerationError, check_options, decode, model_max_length
+from ._decode import (
+    GenerationError,
+    check_decoding,
+    check_options,
+    decoding,
+    model_max_length,
+    not_finite,
+)
 from ._padding import after_eos, left_padded, takes_mask
 
-__all__ = ["Generation", "generate", "DEFAULT_TOKENS", "MAX_PROMPTS"]
+__all__ = ["Generation", "generate", "transformers_config", "DEFAULT_TOKENS", "MAX_PROMPTS"]
 
 DEFAULT_TOKENS = 100
 """The most new tokens when ``max_tokens`` is not given (fewer where the model's maximum length
@@ -151,7 +163,10 @@ def _tokenized(tokenizer: Any, prompt: str) -> np.ndarray:
 def _vocabulary(config: Any, manifest: dict[str, Any]) -> Vocabulary:
     """The checkpoint's vocabulary, after checking that the config's data agrees with it."""
     where = manifest["directory"]
-    saved = (manifest.get("run") or {}).get("data") or {}
+    record = manifest.get("run") or {}
+    saved = record.get("data") or {}
+    if not saved:  # (imported, or saved outside a run: the text must come from the config)
+        raise GenerationError(_no_data_record(config, where, record.get("imported_from")))
     try:
         vocabulary = Vocabulary.from_state(saved)
     except DataError as error:
@@ -165,6 +180,33 @@ def _vocabulary(config: Any, manifest: dict[str, Any]) -> Vocabulary:
         at = located_data_error(config, DataError(problem, key="path"))
         raise GenerationError(f"the checkpoint {where} does not fit the config's data: {at}")
     return vocabulary
+
+
+def _no_data_record(config: Any, where: str, imported: Any) -> str:
+    """Why a checkpoint without a data record gives no vocabulary: the config must name the
+    tokenizer (located at its ``tokenizer`` section, or at the file when it has none)."""
+    section = config.sections.get("tokenizer")
+    has = "names the bytes tokenizer" if section is not None else "has no tokenizer: section"
+    if isinstance(imported, dict):
+        name = imported.get("architecture")
+        what = f" (from {name[:60]})" if isinstance(name, str) and name else ""
+        message = (
+            f"the checkpoint {where} was imported{what} by nnx import hf and records no text "
+            f"vocabulary, and the config {has}: give the config.yaml that nnx import hf wrote "
+            "beside the checkpoint, whose tokenizer: section names the model's tokenizer "
+            "(tokenizer: {type: hf, path: tokenizer.json, eos_token_ids: [...]}), or add that "
+            "section to this config."
+        )
+    else:
+        message = (
+            f"the checkpoint {where} records no text vocabulary (it has no data record: it was "
+            f"not saved by a training run), and the config {has}: add a tokenizer: section "
+            "naming the model's tokenizer (tokenizer: {type: hf, path: tokenizer.json}), or "
+            "use a checkpoint that nnx train wrote on data of type text."
+        )
+    if section is None:
+        return str(Problem(("tokenizer",), message, config.source))
+    return str(config.problem(("tokenizer", "type"), message))
 
 
 def _check_prompt(prompt: Any) -> None:
@@ -256,46 +298,54 @@ def generate(
         when ``prompt`` is a list).
 
     Raises:
-        ConfigError: the config is invalid.
+        ConfigError: the config is invalid (a transformers ``config.json`` given for it is
+            named as such).
         CheckpointError: the checkpoint is missing, corrupt or does not fit the model.
         DataError: the config's data cannot be read.
-        GenerationError: the checkpoint records no text vocabulary (and the config names no
-            tokenizer) or one that differs from the config's data; a prompt is empty, is not
-            text (a byte that is not UTF-8, a lone surrogate) or holds a character outside the
-            vocabulary; an EOS id of the tokenizer that is no token of the model (a pad id too,
-            for several prompts); no prompts, or more than `MAX_PROMPTS`; ``max_tokens`` is past the
-            model's maximum length, or needs caches larger than the memory available; a bad
-            argument (e.g. a seed past 2**63-1).
+        GenerationError: the model is no causal language model (a task other than
+            ``language_model``, a MaskedLM, a model that fails on token ids); the checkpoint
+            records no text vocabulary (and the config names no tokenizer) or one that differs
+            from the config's data; a prompt is empty, is not text (a byte that is not UTF-8,
+            a lone surrogate) or holds a character outside the vocabulary; an EOS id of the
+            tokenizer that is no token of the model (a pad id too, for several prompts); no
+            prompts, or more than `MAX_PROMPTS`; ``max_tokens`` is past the model's maximum
+            length, or needs caches larger than the memory available (checked before anything
+            is allocated); the model's logits are not finite (NaN or infinite: its weights);
+            a bad argument (e.g. a seed past 2**63-1).
     """
-    check_options(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
+    options = check_options(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
     prompts = _prompts(prompt)
-    config = load_train_config(config)
+    config = _loaded(config)
+    _check_causal(config)
     manifest = read_manifest(checkpoint)
     text = _text_of(config, manifest)
     rows = [_numbered(text.encode, one, i, len(prompts)) for i, one in enumerate(prompts)]
     model = trained_model(config, manifest["directory"])
-    if isinstance(model, MaskedLM):
-        raise GenerationError(
-            "the model is a MaskedLM: it fills in masked tokens from both sides, and cannot "
-            "continue text one token at a time. Generate with a causal language model "
-            "(CausalLM, e.g. an imported GPT-2 or Llama); evaluate a masked LM with nnx eval."
-        )
-    _check_token_ids(model, rows, text.pad_token_id)
+    _check_token_ids(model, rows)
     eos, pad = _special_ids(config, model, text, len(rows))
-    if max_tokens is None:
+    if options["max_tokens"] is None:
         limit = model_max_length(model)
         longest = max(len(row) for row in rows)
-        max_tokens = (
+        options["max_tokens"] = (
             DEFAULT_TOKENS if limit is None else min(max(limit - longest, 1), DEFAULT_TOKENS)
         )
     started = time.perf_counter()
-    options = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
-    tokens = _continued(model, rows, pad, options)
+    tokens, bad = _continued(model, rows, pad, options)
+    where = pathlib.Path(manifest["directory"])
+    problem = not_finite(
+        bad,
+        options["max_tokens"],
+        lambda row: f"prompt {row + 1} of {len(rows)}" if len(rows) > 1 else "the prompt",
+        f"the weights of the checkpoint {where}",
+        "prompt",
+    )
+    if problem:
+        raise GenerationError(problem)
     tokens, lengths = after_eos(tokens, eos_token_ids=eos, pad_token_id=pad)
     new = [tokens[i, :length] for i, length in enumerate(lengths)]
     decoded = [text.decode(row) for row in new]
     seconds = time.perf_counter() - started
-    where, step = pathlib.Path(manifest["directory"]), manifest.get("step")
+    step = manifest.get("step")
     ids = [tuple(int(t) for t in row) for row in new]
     if isinstance(prompt, str):
         return Generation(prompt, decoded[0][0], ids[0], where, step, seconds, decoded[0][1])
@@ -333,10 +383,10 @@ def _numbered(encode: Callable[[str], np.ndarray], prompt: Any, index: int, coun
         raise GenerationError(f"prompt {index + 1} of {count}: {error}") from None
 
 
-def _check_token_ids(model: Any, rows: list[np.ndarray], pad: int) -> None:
-    """Refuse token ids the model has no embedding for (a tokenizer not the model's, or a
-    ``pad_token_id`` out of range): the model would read whatever an embedding lookup past
-    its table gives, and continue from it silently."""
+def _check_token_ids(model: Any, rows: list[np.ndarray]) -> None:
+    """Refuse token ids the model has no embedding for (a tokenizer not the model's): the
+    model would read whatever an embedding lookup past its table gives, and continue from it
+    silently."""
     tables = [m.num_embeddings for _, m in model.iter_modules() if isinstance(m, Embed)]
     if not tables:
         return
@@ -350,18 +400,13 @@ def _check_token_ids(model: Any, rows: list[np.ndarray], pad: int) -> None:
                 f"{count:,} tokens (0 to {count - 1:,}): the config's tokenizer is not the "
                 "model's. Use the tokenizer the model was trained with."
             )
-    if len(rows) > 1 and not 0 <= pad < count:
-        raise GenerationError(
-            f"the tokenizer's pad_token_id {pad} is not a token of the model (0 to "
-            f"{count - 1:,}), and the {len(rows)} prompts are padded with it: set "
-            "tokenizer.pad_token_id to a token id below that."
-        )
 
 
 def _special_ids(config: Any, model: Any, text: _Text, count: int) -> tuple[tuple[int, ...], int]:
     """The EOS ids and the pad id decoding uses: an EOS the model has no token for is refused
-    (no row would ever end at it; past int32 it was a traceback); the pad id of a single
-    prompt pads nothing, and is replaced by 0 when it is no token (past int32: a traceback)."""
+    (no row would ever end at it; past int32 it was a traceback), and so is such a pad id
+    for several prompts (the model would read past its table); the pad id of a single prompt
+    pads nothing, and is replaced by 0 when it is no token (past int32: a traceback)."""
     tables = [m.num_embeddings for _, m in model.iter_modules() if isinstance(m, Embed)]
     tokens = max(tables) if tables else 2**31
     for eos in text.eos_token_ids:
@@ -375,19 +420,128 @@ def _special_ids(config: Any, model: Any, text: _Text, count: int) -> tuple[tupl
             )
             raise GenerationError(str(problem))
     pad = text.pad_token_id
+    if count > 1 and not 0 <= pad < tokens:
+        raise GenerationError(_bad_pad(config, pad, tokens, count))
     return text.eos_token_ids, pad if count > 1 or 0 <= pad < tokens else 0
 
 
-def _continued(model: Any, rows: list[np.ndarray], pad: int, options: dict[str, Any]) -> Any:
-    """The new tokens of every row, ``(rows, max_tokens)``: one left-padded batch for a model
-    that takes a mask; else one batch per prompt length (a model without a mask would attend
-    to the padding)."""
+def _bad_pad(config: Any, pad: int, tokens: int, count: int) -> str:
+    """Why the pad id cannot pad ``count`` prompts, located at ``tokenizer.pad_token_id`` when
+    the config sets it (else it came from tokenizer_config.json's ``pad_token``)."""
+    shown = f"{pad:,}" if abs(pad) < 10**30 else f"a number of {len(str(abs(pad)))} digits"
+    section = config.sections.get("tokenizer")
+    given = section is not None and section.part.arguments.get("pad_token_id") is not None
+    source = "" if given else " (tokenizer_config.json's pad_token)"
+    message = (
+        f"the tokenizer's pad_token_id {shown}{source} is not a token of the model (0 to "
+        f"{tokens - 1:,}), and the {count} prompts are padded with it: set "
+        f"tokenizer.pad_token_id to a token id from 0 to {tokens - 1:,} (any: the padding is "
+        "masked; e.g. the EOS id)."
+    )
+    where = ("tokenizer", "pad_token_id") if given else ("tokenizer",)
+    return str(config.problem(where, message))
+
+
+def _continued(
+    model: Any, rows: list[np.ndarray], pad: int, options: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The new tokens of every row, ``(rows, max_tokens)``, and each row's first new token
+    drawn from logits that are not finite (``max_tokens``: none; `not_finite`): one
+    left-padded batch for a model that takes a mask; else one batch per prompt length (a
+    model without a mask would attend to the padding), every batch checked (its length, the
+    memory it needs with the tokens of the others) before anything is allocated."""
     if takes_mask(model) or len(rows) == 1:
         ids, mask = left_padded(rows, pad_token_id=pad)
-        return np.asarray(decode(model, ids, mask=mask, **options))
-    tokens = np.zeros((len(rows), options["max_tokens"]), np.int32)
-    for length in sorted({len(row) for row in rows}):
-        chosen = [i for i, row in enumerate(rows) if len(row) == length]
+        tokens, bad = decoding(model, ids, mask=mask, **options)
+        return np.asarray(tokens), np.asarray(bad)
+    new = options["max_tokens"]
+    groups = {
+        length: [i for i, row in enumerate(rows) if len(row) == length]
+        for length in sorted({len(row) for row in rows})
+    }
+    for length, chosen in groups.items():
+        check_decoding(model, len(chosen), length, new, held_rows=len(rows) - len(chosen))
+    tokens = np.zeros((len(rows), new), np.int32)
+    bad = np.full(len(rows), new, np.int32)
+    for chosen in groups.values():
         batch = np.stack([rows[i] for i in chosen])
-        tokens[chosen] = np.asarray(decode(model, batch, **options))
-    return tokens
+        got, flags = decoding(model, batch, **options)
+        tokens[chosen], bad[chosen] = np.asarray(got), np.asarray(flags)
+    return tokens, bad
+
+
+def _loaded(config: Any) -> Any:
+    """`load_train_config`; a transformers ``config.json`` given for the config is said as
+    such (not as a problem per key of it)."""
+    try:
+        return load_train_config(config)
+    except ConfigError:
+        said = transformers_config(config)
+        if said is None:
+            raise
+        raise ConfigError([Problem((), said, str(config), line=1, column=1)]) from None
+
+
+def transformers_config(source: Any) -> str | None:
+    """What to say (after the file's name) when ``source``, a config file path, is
+    transformers' ``config.json`` (a mapping with ``architectures`` or ``model_type`` and no
+    ``model``): the config of `generate` is the ``config.yaml`` that ``nnx import hf`` writes
+    beside the checkpoint. None for anything else (a mapping, another file: its own problems
+    say what is wrong).
+
+    Example:
+        >>> import json, pathlib, tempfile
+        >>> from nnx_plugins.generation._generate import transformers_config
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (folder / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
+        >>> print(transformers_config(folder / "config.json"))
+        it is transformers' config.json (GPT2LMHeadModel), not an nnx config: import it first:
+        nnx import hf FOLDER --out DST, then give DST/config.yaml.
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    path = pathlib.Path(source)
+    try:
+        loaded = json.loads(read_regular(path, 1024 * 1024))
+    except (OSError, ValueError, RecursionError):  # (not JSON, too large, unreadable)
+        return None
+    if not isinstance(loaded, dict) or "model" in loaded:
+        return None
+    names = loaded.get("architectures")
+    if not (isinstance(names, list) and names) and not isinstance(loaded.get("model_type"), str):
+        return None
+    what = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else ""
+    what = f" ({what[:60]})" if what else ""
+    beside = path.with_name("config.yaml")
+    fix = (
+        f"give {beside}, the config that nnx import hf wrote beside it"
+        if beside.is_file()
+        else "import it first: nnx import hf FOLDER --out DST, then give DST/config.yaml"
+    )
+    return f"it is transformers' config.json{what}, not an nnx config: {fix}."
+
+
+def _check_causal(config: Any) -> None:
+    """Refuse, before the checkpoint is read, a model that cannot continue text: a MaskedLM
+    (of the model section's type), or any model of a task other than ``language_model``."""
+    kind = config.model.get("type")
+    try:
+        layer = default_registry().get("layer", kind, prefer=config.prefer)
+    except (NnxError, TypeError):
+        layer = None
+    if isinstance(layer, type) and issubclass(layer, MaskedLM):
+        raise GenerationError(
+            "the model is a MaskedLM: it fills in masked tokens from both sides, and cannot "
+            "continue text one token at a time. Generate with a causal language model "
+            "(CausalLM, e.g. an imported GPT-2 or Llama); evaluate a masked LM with nnx eval."
+        )
+    task = config.sections["task"].type
+    if task != "language_model":
+        named = kind if isinstance(kind, str) else type(kind).__name__
+        article = "an" if named[:1].lower() in "aeiou" and named else "a"
+        raise GenerationError(
+            f"the model is {article} {named} (task {task}): generate needs a causal language "
+            "model, one that maps token ids to the logits of the next token (task: "
+            "language_model, e.g. a CausalLM: an imported GPT-2 or Llama). Run this model "
+            "with nnx predict, or evaluate it with nnx eval."
+        )

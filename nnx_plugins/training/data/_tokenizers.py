@@ -9,7 +9,9 @@ as they come: it holds back the bytes of a character not yet complete), ``eos_to
 
 ``hf`` reads a ``tokenizer.json`` (the file transformers' fast tokenizers save) with the
 ``tokenizers`` library: no hand-written BPE. A malformed file is a `TokenizerError` naming the
-file and where in it the library stopped (line and column).
+file and where in it the library stopped (line and column); so is a malformed
+``tokenizer_config.json`` beside it (where its special tokens are named), once one of them is
+needed (a missing one names none).
 
 Example:
     >>> from nnx_plugins.training.data._tokenizers import BytesTokenizer, HFTokenizer
@@ -39,7 +41,7 @@ from tokenizers import Tokenizer as Library
 from tokenizers.decoders import DecodeStream
 
 from ..._files import read_regular
-from ..._text import os_problem
+from ..._text import content_kind, os_problem
 from ...registry._registry import default_registry
 from ._base import DataError
 
@@ -54,6 +56,10 @@ __all__ = [
 
 MAX_TOKENIZER_BYTES = 256 * 1024 * 1024
 """The largest tokenizer.json read (the largest published ones are about 30 MB)."""
+
+MAX_TOKENIZER_CONFIG_BYTES = 16 * 1024 * 1024
+"""The largest tokenizer_config.json read (published ones are a few kB to a few hundred kB:
+a chat template, the added tokens)."""
 
 
 class TokenizerError(DataError):
@@ -137,26 +143,58 @@ class BytesTokenizer(Tokenizer):
         return {"type": "bytes"}
 
 
-def _read(path: pathlib.Path) -> str:
+def _read(path: pathlib.Path, limit: int | None = None, name: str = "tokenizer.json") -> str:
+    """The text of the tokenizer file ``path`` (a ``name``), at most ``limit`` bytes
+    (`MAX_TOKENIZER_BYTES` when None)."""
+    limit = MAX_TOKENIZER_BYTES if limit is None else limit
     try:
         size = path.stat().st_size
-        data = read_regular(path, MAX_TOKENIZER_BYTES) if size <= MAX_TOKENIZER_BYTES else None
+        data = read_regular(path, limit) if size <= limit else None
     except OSError as error:
         raise TokenizerError(f"{path}: cannot be read: {os_problem(error)}.") from None
     except ValueError as error:  # (not a regular file, or grown past the limit meanwhile)
         raise TokenizerError(f"{path}: {error}; it is not a tokenizer file.") from None
     if data is None:
         raise TokenizerError(
-            f"{path}: {size:,} bytes, more than the {MAX_TOKENIZER_BYTES:,} a tokenizer.json "
-            "may have; it is not a tokenizer file."
+            f"{path}: {size:,} bytes, more than the {limit:,} a {name} may have; it is not a "
+            "tokenizer file."
         )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise TokenizerError(
             f"{path}: not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset "
-            f"{error.start}); it is not a tokenizer.json."
+            f"{error.start}); it is not a {name}."
         ) from None
+
+
+def _read_config(path: pathlib.Path) -> dict[str, Any]:
+    """The mapping of a ``tokenizer_config.json``; ``{}`` when there is no such file.
+
+    Raises:
+        TokenizerError: it cannot be read, is too large, not UTF-8, not JSON (with the line
+            and column where it stops) or not a mapping.
+    """
+    if not os.path.lexists(path):
+        return {}
+    name = "tokenizer_config.json"
+    text = _read(path, MAX_TOKENIZER_CONFIG_BYTES, name)
+    fix = "Fix it, or remove it and give tokenizer.eos_token_ids and tokenizer.pad_token_id."
+    try:
+        loaded = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise TokenizerError(
+            f"{path}: not JSON ({error.msg} at line {error.lineno}, column {error.colno}); "
+            f"it names the tokenizer's special tokens (eos_token, pad_token). {fix}"
+        ) from None
+    except RecursionError:
+        raise TokenizerError(f"{path}: JSON nested too deeply for a {name}. {fix}") from None
+    if not isinstance(loaded, dict):
+        raise TokenizerError(
+            f"{path}: holds {content_kind(loaded)}, not a mapping: a {name} maps names to the "
+            f"tokenizer's special tokens (eos_token, pad_token). {fix}"
+        )
+    return loaded
 
 
 def _where(error: BaseException) -> str:
@@ -189,7 +227,9 @@ class HFTokenizer(Tokenizer):
 
     Raises:
         TokenizerError: (on first use) the file is missing, too large, not UTF-8, or not a
-            tokenizer the library reads (with the line and column where it stopped).
+            tokenizer the library reads (with the line and column where it stopped); (when a
+            special token is first read from it) the ``tokenizer_config.json`` beside it
+            cannot be read, is not JSON (with its line and column) or not a mapping.
     """
 
     path_arguments = ("path",)
@@ -226,14 +266,7 @@ class HFTokenizer(Tokenizer):
 
     @functools.cached_property
     def _config(self) -> dict[str, Any]:
-        side = pathlib.Path(self.path).with_name("tokenizer_config.json")
-        try:
-            if side.is_file() and side.stat().st_size < 16 * 1024 * 1024:
-                loaded = json.loads(side.read_text(encoding="utf-8"))
-                return loaded if isinstance(loaded, dict) else {}
-        except (OSError, ValueError, RecursionError):
-            pass
-        return {}
+        return _read_config(pathlib.Path(self.path).with_name("tokenizer_config.json"))
 
     def _id(self, key: str) -> int | None:
         token = _special_token(self._config, key)

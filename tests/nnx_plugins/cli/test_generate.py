@@ -185,3 +185,49 @@ def test_the_commands_temperature_bound_is_float32s():
     from nnx_plugins.generation._decode import MAX_TEMPERATURE as DECODING
 
     assert MAX_TEMPERATURE == DECODING
+
+
+@pytest.mark.parametrize(
+    ("stdout", "prompts", "said"),
+    [
+        ("full", 1, "no space left on the device (ENOSPC)"),
+        ("full", 1200, "no space left on the device (ENOSPC)"),  # (11 kB: past the buffer)
+        ("closed", 1, "stdout is closed (EBADF)"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_one_line_and_exit_status_1(run, stdout, prompts, said):
+    """> /dev/full was a traceback ending in OSError ENOSPC (also once the command said the
+    output's errors: the text went past sys.stdout, to its byte buffer, which raised for 8 kB
+    or more); >&- one ending in "AttributeError: 'NoneType' object has no attribute
+    'flush'"."""
+    folder, config = run
+    argv = generate(config, folder, *["--prompt", "the m"] * prompts, "--max-tokens", "3")
+    command = [sys.executable, "-m", "nnx_plugins.cli._main", *argv, "--temperature", "0"]
+    if stdout == "full":
+        with open("/dev/full", "wb") as full:
+            done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, timeout=300)
+    else:
+        closed = ["sh", "-c", 'exec "$@" >&-', "sh", *command]  # (the shell's >&-)
+        done = subprocess.run(closed, stderr=subprocess.PIPE, timeout=300)
+    assert (done.returncode, done.stderr.decode()) == (
+        1,
+        f"nnx: error: cannot write the output on stdout: {said}.\n",
+    )
+
+
+def test_transformers_config_json_is_one_line(tmp_path, capsys):
+    """26 lines of "unknown section 'architectures'", one per key of config.json."""
+    import json
+
+    given = tmp_path / "config.json"
+    given.write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 8}))  # fmt: skip
+    argv = ["generate", str(given), "--checkpoint", str(tmp_path), "--prompt", "t"]
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == (
+        f"nnx: error: {given}: it is transformers' config.json (GPT2LMHeadModel), not an nnx "
+        "config: import it first: nnx import hf FOLDER --out DST, then give DST/config.yaml.\n"
+    )
+    (tmp_path / "config.yaml").write_text("model: {type: relu}\n")
+    assert main(argv) == 1
+    assert f"not an nnx config: give {tmp_path / 'config.yaml'}, the config that nnx import hf wrote beside it.\n" in capsys.readouterr().err  # fmt: skip

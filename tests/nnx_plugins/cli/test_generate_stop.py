@@ -58,7 +58,8 @@ LOST = """
             signal.raise_signal(signal.SIGINT)
     def lost(model, rows, pad, options):
         Collected()
-        return np.full((len(rows), options["max_tokens"]), 99, np.int32)
+        new = options["max_tokens"]  # (the tokens, and no row's logits were not finite)
+        return np.full((len(rows), new), 99, np.int32), np.full(len(rows), new)
     _generate._continued = lost
     """
 

@@ -328,3 +328,79 @@ def test_room_for_one_more_token_is_said_in_the_singular():
         GenerationError, match=r"Ask for at most 1 new token, or shorten the prompt"
     ):
         decode(gpt(), prompt, max_tokens=2, temperature=0.0)
+
+
+# --- logits that are not finite, models that fail on token ids, numpy integers ----------------
+
+
+def poisoned(model, value=jnp.nan):
+    """A copy of ``model`` whose head's bias holds ``value`` at one token: every logit row
+    is then not finite (NaN, +inf) from the first new token on."""
+    graphdef, state = nnx.split(model)
+    copy = nnx.merge(graphdef, state)
+    head = copy.layers[-1]
+    head.bias.value = head.bias.value.at[3].set(value)
+    return copy
+
+
+@pytest.mark.parametrize("decoder", [decode, decode_by_recomputation])
+@pytest.mark.parametrize("value", [jnp.nan, jnp.inf])
+@pytest.mark.parametrize("options", [{"temperature": 0.0}, {"temperature": 1.0, "top_k": 3}])
+def test_logits_that_are_not_finite_are_refused(model, decoder, value, options):
+    """Every new token became id 0 (NaN is argmax's first and categorical's draw), silently."""
+    with pytest.raises(
+        GenerationError,
+        match=r"the model's outputs \(logits\) are not finite \(NaN or infinite\) at new token 1 "
+        r"of row 1 \(and 1 other row\): no token can be drawn from them\. The model's weights "
+        r"hold NaN or infinite values, .* check the checkpoint",
+    ):
+        decoder(poisoned(model, value), PROMPT, max_tokens=4, **options)
+
+
+def test_a_logit_of_minus_infinity_is_a_token_ruled_out_not_an_error(model):
+    """-inf alone is how a token is ruled out; only a row with no finite logit is refused."""
+    tokens = decode(poisoned(model, -jnp.inf), PROMPT, max_tokens=4, temperature=1.0, seed=3)
+    assert 3 not in np.asarray(tokens)
+
+
+def test_the_first_new_token_whose_logits_are_not_finite_is_named():
+    """Logits that are NaN at one position only (its position embedding; no layer mixes the
+    positions): the token drawn there is named."""
+    rngs = nnx.Rngs(0)
+    length = 8
+    model = Sequential(
+        Embed(13, length, rngs=rngs),
+        PositionEmbed(length, length, rngs=rngs),
+        Linear(length, 13, rngs=rngs),
+    )
+    model.layers[0].embedding.value = jnp.zeros_like(model.layers[0].embedding.value)
+    model.layers[1].embedding.value = jnp.eye(length).at[4].set(jnp.nan)
+    prompt = jnp.array([[1, 2, 3]])  # (position 2 draws the first new token, 4 the third)
+    for decoder in (decode, decode_by_recomputation):
+        with pytest.raises(GenerationError, match=r"not finite .* at new token 3 of row 1:"):
+            decoder(model, prompt, max_tokens=4, temperature=0.0)
+    assert decode(model, prompt, max_tokens=2, temperature=0.0).shape == (1, 2)  # before it
+
+
+def test_a_model_that_fails_on_token_ids_is_a_generation_error():
+    """A layer that refuses the model's own activations was a traceback of that layer."""
+    rngs = nnx.Rngs(0)
+    attention = MultiHeadAttention(2, 8, is_causal=True, decode=False, rngs=rngs)
+    model = Sequential(Embed(13, 8, rngs=rngs), attention, Linear(5, 13, rngs=rngs))
+    for decoder in (decode, decode_by_recomputation):
+        with pytest.raises(
+            GenerationError,
+            match=r"the model \(Sequential\) fails on token ids of shape \[2, 5\]: \w+: .* "
+            r"Generation needs a causal language model, token ids \(batch, length\) -> logits",
+        ):
+            decoder(model, PROMPT, max_tokens=2)
+
+
+def test_numpy_integers_are_taken_as_python_integers(model):
+    """np.uint8(3) overflowed in the memory estimate (OverflowError), np.int16 wrapped around."""
+    plain = decode(model, PROMPT, max_tokens=3, temperature=0.0, top_k=2, seed=1)
+    for kind in (np.uint8, np.int16, np.int32, np.uint64):
+        options = dict(max_tokens=kind(3), top_k=kind(2), seed=kind(1))
+        np.testing.assert_array_equal(decode(model, PROMPT, temperature=0.0, **options), plain)
+    with pytest.raises(GenerationError, match=r"max_tokens must be a whole number >= 1, got None"):
+        decode(model, PROMPT, max_tokens=None)

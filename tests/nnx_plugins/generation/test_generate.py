@@ -126,9 +126,9 @@ def test_a_vocabulary_that_differs_between_the_checkpoint_and_the_data(run, tmp_
     other = nnx_plugins.load_config(config, overrides=[f"data.path={tmp_path / 'dog.txt'}"])
     with pytest.raises(
         GenerationError,
-        match=r"step_00000150 does not fit the config's data: .*gpt.yaml:\d+:\d+: data.path: the "
-        r"checkpoint's character vocabulary \(11 characters\) differs from this text's \(12\): "
-        r"new characters 'dgl', missing characters 'cm'",
+        match=r"step_00000150 does not fit the config's data: <override data\.path=.*>:1:\d+: "
+        r"data.path: the checkpoint's character vocabulary \(11 characters\) differs from this "
+        r"text's \(12\): new characters 'dgl', missing characters 'cm'",
     ):
         generate(other, checkpoint=checkpoint, prompt="the")
 
@@ -287,3 +287,65 @@ def test_a_bad_list_of_prompts(run, prompt, match):
     config, checkpoint, _ = run
     with pytest.raises(GenerationError, match=match):
         generate(config, checkpoint=checkpoint, prompt=prompt, max_tokens=2)
+
+
+# --- checks before anything is allocated; logits that are not finite --------------------------
+
+
+def unlimited_byte_model(folder):
+    """A byte-level model without a maximum length (no PositionEmbed) nor a mask, and its
+    checkpoint: several prompts are decoded one batch per prompt length."""
+    (folder / "bytes.txt").write_bytes(b"any text at all, " * 40)
+    attention = {"type": "MultiHeadAttention", "num_heads": 2, "in_features": 8}
+    config = {
+        "model": {
+            "type": "Sequential",
+            "layers": [
+                {"type": "Embed", "num_embeddings": 256, "features": 8},
+                {**attention, "is_causal": True, "decode": False},
+                {"type": "Linear", "in_features": 8, "out_features": 256},
+            ],
+        },
+        "task": {"type": "language_model"},
+        "data": {"type": "text", "path": "bytes.txt", "level": "bytes", "seq_len": 8},
+    }
+    path = folder / "unlimited.yaml"
+    path.write_text(yaml.safe_dump(config))
+    data = {"level": "bytes", "vocabulary": None}
+    nnx_plugins.save(build_model(str(path)), folder / "ckpt", step=1, run={"data": data})
+    return path, folder / "ckpt"
+
+
+@pytest.mark.parametrize(
+    ("prompt", "match"),
+    [
+        (["ab"] * 100, r"after 100 prompts of 2 needs at least"),
+        (["ab", "abc"] * 50, r"after 50 prompts of \d needs at least .* and the new tokens of 50 other prompts\)"),
+    ],
+)  # fmt: skip
+def test_many_prompts_past_the_memory_are_refused_before_anything_is_allocated(
+    tmp_path, prompt, match
+):
+    """The batch's tokens (100 x 10**9) were allocated before the estimate: a MemoryError."""
+    config, checkpoint = unlimited_byte_model(tmp_path)
+    with pytest.raises(GenerationError, match=match + r".* Ask for at most [\d,]+ new tokens\."):
+        generate(config, checkpoint=checkpoint, prompt=prompt, max_tokens=10**9)
+
+
+def test_logits_that_are_not_finite_are_refused_naming_the_prompt_and_token(tmp_path):
+    """Every token after them was id 0 and the command exited 0."""
+    config, checkpoint = byte_model_run(tmp_path, b"cdef")
+    model = nnx_plugins.load(checkpoint)
+    position = model.layers[1].embedding
+    position.value = position.value.at[2].set(jnp.nan)  # (the logits of the second new token)
+    data = {"level": "bytes", "vocabulary": None}
+    nan = nnx_plugins.save(model, tmp_path / "nan", step=1, run={"data": data})
+    for prompt, where in (("ab", "the prompt"), (["ab", "cd"], r"prompt 1 of 2 \(and 1 other prompt\)")):  # fmt: skip
+        with pytest.raises(
+            GenerationError,
+            match=rf"the model's outputs \(logits\) are not finite \(NaN or infinite\) at new "
+            rf"token 2 of {where}: no token can be drawn from them\. The weights of the "
+            rf"checkpoint {nan} hold NaN or infinite values",
+        ):
+            generate(config, checkpoint=nan, prompt=prompt, temperature=0)
+    assert generate(config, checkpoint=nan, prompt="ab", max_tokens=1, temperature=0).text == "c"

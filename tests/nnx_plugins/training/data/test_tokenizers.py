@@ -96,6 +96,52 @@ def test_a_missing_or_huge_tokenizer_file(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (
+            '{\n  "eos_token": "</s>",\n  "pad_token": \n}\n',
+            r"tok/tokenizer_config\.json: not JSON \(Expecting value at line 4, column 1\); it "
+            r"names the tokenizer's special tokens \(eos_token, pad_token\)\. Fix it",
+        ),
+        (
+            '["</s>"]',
+            r"tok/tokenizer_config\.json: holds a list of 1 item, not a mapping: a "
+            r"tokenizer_config\.json maps names to the tokenizer's special tokens",
+        ),
+        (b"\xff{}", r"tok/tokenizer_config\.json: not UTF-8 text \(byte 0xff at offset 0\); it is "
+         r"not a tokenizer_config\.json\."),
+        ("[" * 100_000 + "]" * 100_000, r"tokenizer_config\.json: (JSON nested too deeply|not JSON)"),
+    ],
+)  # fmt: skip
+def test_a_malformed_tokenizer_config_json_is_a_located_error(tmp_path, content, match):
+    """It was ignored: no EOS, so generation ran on past the model's end of text."""
+    (tmp_path / "tok").mkdir()
+    path = tmp_path / "tok" / "tokenizer.json"
+    path.write_bytes((FIXTURES / "llama" / "tokenizer.json").read_bytes())
+    side = tmp_path / "tok" / "tokenizer_config.json"
+    side.write_bytes(content if isinstance(content, bytes) else content.encode())
+    for read in ("eos_token_ids", "pad_token_id", "bos_token_id"):
+        with pytest.raises(TokenizerError, match=match):
+            getattr(HFTokenizer(str(path)), read)
+    given = HFTokenizer(str(path), eos_token_ids=[2], pad_token_id=0)  # (the file not needed)
+    assert (given.eos_token_ids, given.pad_token_id) == ((2,), 0)
+    side.unlink()  # (no file at all: no special tokens, as before)
+    assert HFTokenizer(str(path)).eos_token_ids == ()
+
+
+def test_a_huge_tokenizer_config_json_is_refused_unread(tmp_path):
+    (tmp_path / "tokenizer.json").write_bytes((FIXTURES / "llama" / "tokenizer.json").read_bytes())
+    with open(tmp_path / "tokenizer_config.json", "wb") as file:
+        file.truncate(16 * 1024 * 1024 + 1)  # (sparse: nothing written)
+    with pytest.raises(
+        TokenizerError,
+        match=r"tokenizer_config\.json: 16,777,217 bytes, more than the 16,777,216 a "
+        r"tokenizer_config\.json may have",
+    ):
+        HFTokenizer(str(tmp_path / "tokenizer.json")).eos_token_ids  # noqa: B018
+
+
+@pytest.mark.parametrize(
     ("make", "match"),
     [
         (lambda p: "/dev/zero", r"/dev/zero: it is a character device .*, not a regular file"),
@@ -133,6 +179,7 @@ def test_the_section_resolves_its_path_and_feeds_the_text_dataset(tmp_path):
     assert data.state() == {
         "level": "tokenizer",
         "tokenizer": config.sections["data"].arguments["tokenizer"],
+        "vocab_size": 320,
     }
 
 
