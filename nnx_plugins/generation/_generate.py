@@ -165,12 +165,10 @@ def _vocabulary(config: Any, manifest: dict[str, Any]) -> Vocabulary:
     where = manifest["directory"]
     record = manifest.get("run") or {}
     saved = record.get("data") or {}
-    if not saved:  # (imported, or saved outside a run: the text must come from the config)
-        raise GenerationError(_no_data_record(config, where, record.get("imported_from")))
-    try:
-        vocabulary = Vocabulary.from_state(saved)
-    except DataError as error:
-        raise GenerationError(f"{where}: {error}") from None
+    imported = record.get("imported_from")
+    if not saved or (isinstance(imported, dict) and saved.get("level") == "tokenizer"):
+        # (imported, or saved outside a run: the text must come from the config's tokenizer)
+        raise GenerationError(_no_data_record(config, where, imported))
     try:
         data = config.sections["data"].make()
         problem = getattr(data, "check_state", lambda saved: None)(saved)
@@ -179,7 +177,10 @@ def _vocabulary(config: Any, manifest: dict[str, Any]) -> Vocabulary:
     if problem:
         at = located_data_error(config, DataError(problem, key="path"))
         raise GenerationError(f"the checkpoint {where} does not fit the config's data: {at}")
-    return vocabulary
+    try:
+        return Vocabulary.from_state(saved)
+    except DataError as error:
+        raise GenerationError(f"{where}: {error}") from None
 
 
 def _no_data_record(config: Any, where: str, imported: Any) -> str:
@@ -191,8 +192,8 @@ def _no_data_record(config: Any, where: str, imported: Any) -> str:
         name = imported.get("architecture")
         what = f" (from {name[:60]})" if isinstance(name, str) and name else ""
         message = (
-            f"the checkpoint {where} was imported{what} by nnx import hf and records no text "
-            f"vocabulary, and the config {has}: give the config.yaml that nnx import hf wrote "
+            f"the checkpoint {where} was imported{what} by nnx import hf, whose token ids are "
+            f"its tokenizer's, and the config {has}: give the config.yaml that nnx import hf wrote "
             "beside the checkpoint, whose tokenizer: section names the model's tokenizer "
             "(tokenizer: {type: hf, path: tokenizer.json, eos_token_ids: [...]}), or add that "
             "section to this config."

@@ -428,6 +428,12 @@ def import_hf(
             "transformers_version": src.config.get("transformers_version"),
         }
     }
+    if src.tokenizer is not None and "tokenizer" in config:  # (what token ids mean: as a run
+        run["data"] = {  # records it, so that a run started from it reads text alike)
+            "level": "tokenizer",
+            "tokenizer": dict(config["tokenizer"]),
+            "vocab_size": HFTokenizer(str(src.tokenizer)).vocab_size,
+        }
     written = _write(destination, config, parameters, run, src)
     return Imported(
         src.architecture,

@@ -529,7 +529,7 @@ class TextDataset(Dataset):
         named = repr(theirs.get("path", theirs.get("type")))
         if self.tokenizer is None:
             return (
-                f"the checkpoint was trained on text read with the tokenizer {named} "
+                f"the checkpoint's token ids are those of the tokenizer {named} "
                 f"(type {theirs.get('type')!r}); this config has no tokenizer section, so it "
                 f"reads the text as {self.level}: add the run's tokenizer section back "
                 "(tokenizer: {type: hf, path: tokenizer.json})."

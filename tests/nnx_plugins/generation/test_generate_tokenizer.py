@@ -142,7 +142,7 @@ def test_an_imported_checkpoint_needs_the_configs_tokenizer_section(llama, tmp_p
     with pytest.raises(
         GenerationError,
         match=rf"{config}: tokenizer: the checkpoint {llama.checkpoint} was imported \(from "
-        r"LlamaForCausalLM\) by nnx import hf and records no text vocabulary, and the config has "
+        r"LlamaForCausalLM\) by nnx import hf, whose token ids are its tokenizer's, and the config has "
         r"no tokenizer: section: give the config.yaml that nnx import hf wrote beside the "
         r"checkpoint, whose tokenizer: section names the model's tokenizer",
     ):

@@ -112,7 +112,7 @@ def test_a_resume_without_the_tokenizer_is_refused_and_leaves_the_run_as_it_was(
     argv = ["train", str(edited), "train.steps=5", "--run-dir", str(tuned_copy), "--resume"]
     assert main([*argv, "--no-progress"]) == 1
     err = capsys.readouterr().err
-    assert re.search(r"trained on text read with the tokenizer '.*tokenizer\.json'", err), err
+    assert re.search(r"token ids are those of the tokenizer '.*tokenizer\.json'", err), err
     assert "this config has no tokenizer section" in err and "add the run's tokenizer" in err
     # (the resolved config.yaml was rewritten with steps: 5 before the checkpoint was read)
     assert files() == before
@@ -148,8 +148,29 @@ def test_a_run_started_from_a_checkpoint_read_with_a_tokenizer_needs_that_tokeni
     err = capsys.readouterr().err
     assert re.search(
         r"bytes\.yaml:\d+:\d+: checkpoint\.init_from: the run starts from this checkpoint's "
-        r"weights, but the checkpoint was trained on text read with the tokenizer "
+        r"weights, but the checkpoint's token ids are those of the tokenizer "
         r"'.*tokenizer\.json' \(type 'hf'\); this config has no tokenizer section",
+        err,
+    ), err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_imported_model_without_its_tokenizer_is_refused_before_training_on_bytes(
+    imported, tmp_path, capsys
+):
+    # (it trained the 320-token model on byte ids 0-255, silently)
+    destination = shutil.copytree(imported("llama"), tmp_path / "tiny-llama")
+    config = yaml.safe_load((destination / "config.yaml").read_text(encoding="utf-8"))
+    del config["tokenizer"]  # (the data section reads the text with it)
+    (destination / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    (tmp_path / "notes.txt").write_text(NOTES, encoding="utf-8")
+    argv = ["train", str(destination / "config.yaml"), f"data.path={tmp_path / 'notes.txt'}"]
+    assert main([*argv, *SHORT, "--run-dir", str(tmp_path / "run"), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert re.search(
+        r"checkpoint\.init_from: the run starts from this checkpoint's weights, but the "
+        r"checkpoint's token ids are those of the tokenizer 'tokenizer\.json' \(type 'hf'\); "
+        r"this config has no tokenizer section, so it reads the text as bytes",
         err,
     ), err
     assert not (tmp_path / "run").exists()

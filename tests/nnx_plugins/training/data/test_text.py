@@ -80,7 +80,7 @@ def test_a_tokenizer_is_part_of_the_state_a_checkpoint_is_checked_against(tmp_pa
         bert.check_state(saved),
     )
     assert re.search(
-        r"trained on text read with the tokenizer '.*llama/tokenizer.json' \(type 'hf'\); "
+        r"token ids are those of the tokenizer '.*llama/tokenizer.json' \(type 'hf'\); "
         r"this config has no tokenizer section, so it reads the text as bytes",
         raw.check_state(saved),
     )
