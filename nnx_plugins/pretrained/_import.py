@@ -548,24 +548,37 @@ def _rename_into(temporary: pathlib.Path, destination: pathlib.Path) -> None:
 
 
 def _usage(config: Mapping[str, Any]) -> str:
-    """The header's lines on what the weights are for (a masked LM's on its masking)."""
+    """The header's lines on what the weights are for (a masked LM's on its masking; an
+    image classifier's: predict and train on images, not generate from text)."""
+    if (config.get("task") or {}).get("type") == "classification":
+        return (
+            "# The weights are in checkpoint/ (an image classifier, NHWC images: nnx predict\n"
+            "# config.yaml --checkpoint checkpoint --input images.npz --output predictions.csv);\n"
+            "# fine-tune on your images with: nnx train config.yaml data.type=npz "
+            "data.path=images.npz\n"
+        )
     if config["model"].get("type") not in MASKED_MODELS:
         return (
             "# The weights are in checkpoint/ (nnx generate config.yaml --checkpoint checkpoint);\n"
+            + _TEXT
         )
     masking = (config.get("data") or {}).get("masking")
     if masking is not None:
         return (
             "# The weights are in checkpoint/. A masked LM: data.masking picks "
             f"{masking['probability']:.0%} of the tokens\n# to predict, given as the mask id "
-            f"{masking['mask_token_id']} (80%), a random id (10%) or themselves (10%);\n"
+            f"{masking['mask_token_id']} (80%), a random id (10%) or themselves (10%);\n" + _TEXT
         )
     return (
         "# The weights are in checkpoint/. A masked LM, but no mask token was found (the\n"
         "# mask_token of tokenizer_config.json, [MASK] or <mask> in tokenizer.json, config.json's\n"
         "# mask_token_id): set data.masking: {probability: 0.15, mask_token_id: ID} before training\n"
         "# (without it the text data trains next-token prediction, which this model sees through);\n"
+        + _TEXT
     )
+
+
+_TEXT = "# fine-tune on your text with: nnx train config.yaml data.path=notes.txt\n"
 
 
 class _Plain(yaml.SafeDumper):
@@ -585,9 +598,7 @@ def _quoted(text: str) -> str:
 def _write_config(path: pathlib.Path, config: dict[str, Any], source: Source) -> None:
     head = (
         f"# {_quoted(source.architecture)} imported from {_quoted(str(source.directory.resolve()))}"
-        " by nnx import hf.\n"
-        + _usage(config)
-        + "# fine-tune on your text with: nnx train config.yaml data.path=notes.txt\n"
+        " by nnx import hf.\n" + _usage(config)
     )
     body = yaml.dump(config, Dumper=_Plain, sort_keys=False, default_flow_style=None, width=100)
     path.write_text(head + body, encoding="utf-8")

@@ -413,3 +413,21 @@ def test_the_hint_after_an_import_fits_what_the_model_does(tmp_path, data, expec
     hint = _next_steps(config, tmp_path / "checkpoint")
     assert expected in hint
     assert ("nnx generate" in hint) == (expected == "nnx generate")
+
+
+@pytest.mark.parametrize(
+    ("family", "says", "not_said"),
+    [
+        ("vit", ["nnx predict", "data.type=npz data.path=images.npz"], ["nnx generate", "text"]),
+        ("llama", ["nnx generate", "nnx train config.yaml data.path=notes.txt"], ["nnx predict"]),
+        ("bert", ["A masked LM", "data.path=notes.txt"], ["nnx generate", "nnx predict"]),
+    ],
+)
+def test_the_config_header_says_how_to_use_the_kind_of_model_imported(
+    imported, family, says, not_said
+):
+    # (an image classifier's said "nnx generate" and "fine-tune on your text")
+    text = (imported(family) / "config.yaml").read_text(encoding="utf-8")
+    header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+    assert all(part in header for part in says), header
+    assert not any(part in header for part in not_said), header
