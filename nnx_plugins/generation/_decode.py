@@ -199,12 +199,15 @@ def _checked_sample(
 ) -> tuple[jax.Array, jax.Array]:
     """`sample`, and whether each row's logits are finite: their largest is a finite number
     (a NaN anywhere makes it NaN, a +inf infinite, a row of -inf -inf; -inf alone, a token
-    ruled out, is fine). One reduction per step, read once the decoding is done."""
+    ruled out, is fine). Read once the decoding is done; greedy, the largest is the logit
+    argmax chose (it picks a NaN or +inf first): one element read, no second reduction."""
     logits = jax.lax.optimization_barrier(logits.astype(jnp.float32))
+    if top_k == 1 or _greedy(temperature):
+        chosen = jnp.argmax(logits, axis=-1)
+        largest = jnp.take_along_axis(logits, chosen[..., None], axis=-1)
+        return chosen.astype(jnp.int32), jnp.isfinite(largest[..., 0])
     largest = logits.max(axis=-1, keepdims=True)
     finite = jnp.isfinite(largest[..., 0])
-    if top_k == 1 or _greedy(temperature):
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32), finite
     if top_k is not None and top_k < logits.shape[-1]:
         logits = jnp.where(_top_k_mask(logits, top_k), logits, -jnp.inf)
     shifted = logits - jax.lax.stop_gradient(largest)  # (top_k keeps the largest)
