@@ -25,7 +25,15 @@ import pathlib
 import stat
 from typing import IO
 
-__all__ = ["usual_mode", "umask", "NotRegularFile", "open_regular", "read_regular", "file_kind"]
+__all__ = [
+    "usual_mode",
+    "umask",
+    "NotRegularFile",
+    "open_regular",
+    "read_regular",
+    "file_kind",
+    "plain_name",
+]
 
 _KINDS = {
     stat.S_ISFIFO: "a FIFO (named pipe)",
@@ -34,6 +42,24 @@ _KINDS = {
     stat.S_ISSOCK: "a socket",
     stat.S_ISDIR: "a directory",
 }
+
+
+def plain_name(name: object) -> bool:
+    """Whether ``name`` (read from a manifest or an index) is a plain file name: one that
+    stays inside the folder it is joined to (no separator, no ``..``, no NUL).
+
+    Example:
+        >>> from nnx_plugins._files import plain_name
+        >>> plain_name("model-00001.safetensors"), plain_name("../x"), plain_name("..")
+        (True, False, False)
+    """
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and name == os.path.basename(name)
+        and "\\" not in name
+        and "\x00" not in name
+    )
 
 
 def file_kind(mode: int) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .._files import NotRegularFile, file_kind, read_regular
+from .._files import NotRegularFile, file_kind, plain_name, read_regular
 from .._text import content_kind, os_problem
 from ..training.data._tokenizers import MAX_TOKENIZER_BYTES
 from ._convert import shown_name
@@ -258,13 +258,7 @@ def _confined(directory: pathlib.Path, names: Any, index: pathlib.Path) -> dict[
     for name in names:
         if isinstance(name, str) and name in paths:
             continue
-        if (
-            not isinstance(name, str)
-            or name in ("", ".", "..")
-            or name != os.path.basename(name)
-            or "\\" in name
-            or "\x00" in name
-        ):
+        if not plain_name(name):
             raise PretrainedError(
                 index,
                 f"names the tensor file {_short(name)}, which is not a plain file name inside "

@@ -27,7 +27,7 @@ from typing import Any
 import ml_dtypes  # (bfloat16, float8_*, int4 ... as numpy dtypes)
 import numpy as np
 
-from ..._files import NotRegularFile, read_regular
+from ..._files import NotRegularFile, plain_name, read_regular
 from ..._text import os_problem
 from ._blocks import SHARD_FILE, tiling_problem
 from ._entries import FORMAT, entry_key
@@ -104,13 +104,7 @@ def confined_file(where: pathlib.Path, name: Any, role: str) -> pathlib.Path:
         nnx_plugins.training.checkpoints._save.CheckpointError: cannot load checkpoint ...:
           the manifest names the tensor file '../../etc/passwd', which is not a plain file name inside the checkpoint directory; the manifest is corrupt or was edited. Load an earlier checkpoint.
     """
-    if (
-        not isinstance(name, str)
-        or name in ("", ".", "..")
-        or name != os.path.basename(name)
-        or "\\" in name
-        or "\x00" in name
-    ):
+    if not plain_name(name):
         raise CheckpointError(
             where,
             [
