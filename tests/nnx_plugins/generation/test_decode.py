@@ -311,6 +311,23 @@ def test_the_most_tokens_that_fit_are_named_and_do_fit(monkeypatch):
         decoding._check_memory(model, 2, 5, fit + 1)
 
 
+def test_the_memory_estimate_is_traced_once_per_model_structure_and_length(monkeypatch):
+    # the abstract start of the caches took 30 ms of every call (a third of decoding 256
+    # tokens of the example GPT); it is kept per structure, shapes and length
+    model, calls = no_limit_model(), []
+    start = decoding.start_decoding
+    monkeypatch.setattr(decoding, "start_decoding", lambda *a: calls.append(a[1:]) or start(*a))
+    decode(model, PROMPT, max_tokens=3, temperature=0.0)
+    first = len(calls)
+    decode(model, PROMPT, max_tokens=3, temperature=0.0)
+    assert len(calls) == first  # (the program and the estimate kept)
+    assert decoding._decoding_bytes(model, 2, 9) == decoding._decoding_bytes(model, 2, 9)
+    assert len(calls) == first + 1
+    wider, longer = no_limit_model(width=32), decoding._decoding_bytes(model, 2, 10)
+    assert decoding._decoding_bytes(wider, 2, 9) > decoding._decoding_bytes(model, 2, 9)
+    assert longer > decoding._decoding_bytes(model, 2, 9)
+
+
 def test_a_place_in_the_model_is_spelled_as_in_a_config():
     from nnx_plugins.generation._decode import _where
 
