@@ -1,4 +1,5 @@
-"""What the run checks of its parts before training, without allocating: the data against the
+"""What the run checks of its parts before training, without allocating: the model against the
+task (a next-token model must not see ahead: the task's ``check_model``), the data against the
 task and the model (labels, token ids), and the task's loss and each metric run abstractly.
 
 `nnx train` and `nnx config validate` both call `check_parts`, so both report the same
@@ -47,10 +48,13 @@ def check_parts(config: Any, parts: Parts, output: Any) -> None:
     Raises:
         DataError: the data does not fit the task or the model (a label or token id out of
             range: the first named with its place in the data), located at ``data``.
-        ConfigError: the task's loss or a metric fails abstractly or gives more than one
-            number, named with its distribution, at its place in the config.
+        ConfigError: the task refuses the model (at the layer it names: e.g. attention
+            without ``is_causal`` for next-token training); the task's loss or a metric fails
+            abstractly or gives more than one number, named with its distribution, at its
+            place in the config.
     """
     try:
+        _check_model(config, parts)
         with parts.label(parts.task).calling("check_data(data, info, output)"):
             parts.task.check_data(parts.data, parts.info, output)
         _check_token_ids(config, parts)
@@ -62,6 +66,27 @@ def check_parts(config: Any, parts: Parts, output: Any) -> None:
         raise located_data_error(config, error) from None
     except RunPartError as error:
         raise ConfigError([located(config).problem(error.path or ("task",), str(error))]) from None
+
+
+def _check_model(config: Any, parts: Parts) -> None:
+    """The task's ``check_model(config, data)`` (optional): a model that cannot learn it (a
+    next-token model that sees ahead) refused at the layer it names."""
+    check = getattr(parts.task, "check_model", None)
+    if not callable(check):
+        return
+    label = parts.label(parts.task)
+    with label.calling("check_model(config, data)"):
+        found = check(config, parts.data)
+    if found is None:
+        return
+    shaped = isinstance(found, tuple) and len(found) == 2
+    if not (shaped and isinstance(found[0], (tuple, list)) and isinstance(found[1], str)):
+        raise label.error(
+            f"returned {spell(found)} from check_model(config, data); it must return None (the "
+            "model fits) or (the layer's path in the config, the reason)."
+        )
+    path, why = found
+    raise ConfigError([located(config).problem(tuple(path), why)])
 
 
 def _abstract_batch(parts: Parts) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 A task is a class whose ``__init__`` arguments are its config (``task: {type: NAME, ...}``).
 `loss` runs inside the jitted train and eval steps; the other methods run once, before
-training, to refuse data or a model that do not fit (docs/design/runs.md).
+training, to refuse data or a model that do not fit (docs/design/runs.md): `check_model` on the
+config, `check_output` on the model's abstract output, `check_data` on the data.
 
 Example:
     >>> import jax.numpy as jnp
@@ -42,6 +43,12 @@ class Task:
     def check_data(self, data: Any, info: Any, output: Any) -> None:
         """Refuse data this task cannot learn from (`DataError`); ``output`` is the model's
         abstract output for a batch (``None`` when unknown)."""
+
+    def check_model(self, config: Any, data: Any) -> tuple[tuple[Any, ...], str] | None:
+        """Why the model cannot learn this task from ``data``, judged from the validated run
+        ``config`` (its ``model`` section: ``config.model``): ``(the layer's path in the config,
+        e.g. ("model", "layers", 1), the reason)``; ``None``: it can."""
+        return None
 
     def check_output(self, output: Any, info: Any) -> str | None:
         """Why the model's abstract ``output`` for a batch does not fit (``None``: it fits)."""

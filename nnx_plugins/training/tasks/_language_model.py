@@ -25,7 +25,9 @@ import optax
 
 from ...config._shapes import spell
 from ..data._base import DataError, first_outside
+from ..data._text import TextDataset
 from ._base import Task
+from ._causal import first_acausal
 
 __all__ = ["LanguageModel"]
 
@@ -65,6 +67,33 @@ class LanguageModel(Task):
                 f"{shape[-1]} token logits (ids 0 to {shape[-1] - 1}). Token ids must index "
                 "the vocabulary: fix the data, or give the model more outputs."
             )
+
+    def check_model(self, config: Any, data: Any) -> tuple[tuple[Any, ...], str] | None:
+        """On next-token data (text without ``masking``), a model that sees the token each
+        position must predict: attention without ``is_causal``, or a MaskedLM (`first_acausal`;
+        a layer it cannot judge passes). Masked-LM data, or data of another kind, passes."""
+        if not (isinstance(data, TextDataset) and data.masking is None):
+            return None
+        found = first_acausal(config.model, prefer=config.prefer)
+        if found is None:
+            return None
+        path, what = found
+        copies = (
+            "next-token training would learn to copy it (task language_model on text without "
+            "data.masking: the loss falls near zero and the model predicts nothing)"
+        )
+        masking = "masking: {probability: 0.15, mask_token_id: ID}"
+        if what.endswith("MaskedLM"):
+            return path, (
+                f"{what}, which attends to every position, the very token each must predict: "
+                f"{copies}. To fine-tune it, train it as a masked LM: give the data {masking} "
+                "(the id of its tokenizer's mask token); to train on next tokens, use a CausalLM."
+            )
+        return path, (
+            f"{what}, so each position sees the tokens after it, the very token it must "
+            f"predict: {copies}. Set is_causal: true here; or, to train a masked LM (BERT) "
+            f"instead, give the data {masking}."
+        )
 
     def check_output(self, output: Any, info: Any) -> str | None:
         seq = info.inputs.shape[0]
