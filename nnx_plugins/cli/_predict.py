@@ -7,11 +7,13 @@ else every column). ``OUT`` is an ``.npz`` file (``predictions``: the model's ou
 ``classification`` task also ``labels``, the most likely class) or a ``.csv`` file (one row per
 example). Everything that can be refused is refused before the model is built: an extension
 that is neither, an output that exists (unless ``--overwrite``) or whose folder does not, an
-input array or column that is missing, examples the model cannot take (of another shape than
-those of the config's data: both shapes named; else its first layer that cannot, located in
-the config). The output is written to a temporary file beside it and moved into place, so it
-is whole or absent, and a symbolic link at its place is replaced, never followed. Heavy
-imports happen inside the handler, so the listing commands stay fast.
+input array or column that is missing, examples the model cannot take (what it takes per
+example, found abstractly from the config's data, and what the file gives; else its first
+layer that cannot, located in the config), token ids outside the model's first ``Embed`` (the
+first named by row and position, with the valid range). The output is written to a temporary
+file beside it and moved into place, so it is whole or absent, and a symbolic link at its
+place is replaced, never followed. Heavy imports happen inside the handler, so the listing
+commands stay fast.
 
 Example:
     >>> from nnx_plugins.cli._main import build_parser

@@ -100,10 +100,12 @@ def check_output(path: str, *, overwrite: bool, input_path: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Inputs:
-    """The examples of the input file, and where they came from (for messages)."""
+    """The examples of the input file, where they came from (for messages), and whether from a
+    CSV (read as floats: integers such as token ids must come in an .npz)."""
 
     array: np.ndarray
     origin: str
+    from_csv: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +151,7 @@ def read_inputs(path: str, config: Any, *, key: str | None) -> Inputs:
     check_finite(array, f"--input {name}")
     if len(array) == 0:
         raise PredictError(f"--input {path} holds no examples (its first axis has size 0).")
-    return Inputs(array, origin)
+    return Inputs(array, origin, from_csv=not path.lower().endswith(".npz"))
 
 
 def _arrays(path: str) -> str:

@@ -50,6 +50,7 @@ from nnx_layers import LoRALinear, LoRAParam
 from .._files import read_regular
 from .._stopping import check
 from ..config._build import build
+from ..registry._registry import default_registry
 from ..training._config import load_train_config
 from ..training.data._tokenizers import MAX_TOKENIZER_BYTES, HFTokenizer, TokenizerError
 from ._convert import Rule, backward, path_text, table_rows
@@ -153,10 +154,10 @@ def export_hf(
     try:
         settings = read_json(where, CONFIG)
         architecture = _architecture(settings, where)
-        _, converter = find_converter(architecture, where=where)
+        name, converter = find_converter(architecture, where=where)
     except PretrainedError as error:  # (said as an import says it: here, an export)
         raise PretrainedError(error.where, error.problem, action="export") from None
-    made, rows = _converted(converter, architecture, settings, where)
+    made, rows = _converted(converter, name, settings, where)
     sides = _side_files(where.parent)
     model, _ = trained_model(loaded, checkpoint)
     check()  # (a stop whose own raise was lost: said before the work goes on)
@@ -166,6 +167,7 @@ def export_hf(
         for p, v in nnx.state(model, nnx.All(nnx.Param, nnx.Not(LoRAParam))).flat_state()
     }
     _check_shapes(made, state, where)
+    _check_targets(rows, state, name, getattr(loaded, "source", "the config"))
     size = 0
 
     def fill(folder: pathlib.Path) -> None:
@@ -252,29 +254,68 @@ def _scale(layer: Any) -> float:
 
 
 def _converted(
-    converter: Any, architecture: str, settings: Mapping[str, Any], where: pathlib.Path
+    converter: Any, name: str, settings: Mapping[str, Any], where: pathlib.Path
 ) -> tuple[dict[str, Any], list[tuple[str, Rule, int | None]]]:
     """The nnx config ``config.json`` describes, and the converter's table rows to write.
 
     Raises:
-        PretrainedError: the converter refuses a value of config.json (named, with the value).
+        PretrainedError: the converter refuses a value of config.json (named, with the value),
+            or looks up a field config.json does not have (named, with the fix).
     """
     try:
         made = converter.config(settings)
         rows = [row for row in table_rows(converter, settings) if row[1].targets]
-    except (ValueError, KeyError, TypeError) as error:
+    except KeyError as error:  # (a pack's converter reading config[key]: the field is missing)
+        raise PretrainedError(where, _missing(error, name, settings), action="export") from None
+    except (ValueError, TypeError) as error:
         text = str(error.args[0]) if error.args else type(error).__name__
         raise PretrainedError(
-            where, f"{text} (converter {architecture}); fix config.json", action="export"
+            where, f"{text} (converter {name}); fix config.json", action="export"
         ) from None
     if not isinstance(made, Mapping) or not isinstance(made.get("model"), Mapping):
         raise PretrainedError(
             where,
-            f"the converter {architecture} returned {type(made).__name__}, not a config with a "
+            f"the converter {name} returned {type(made).__name__}, not a config with a "
             "'model' section: fix the converter",
             action="export",
         )
     return dict(made), rows
+
+
+def _missing(error: KeyError, name: str, settings: Mapping[str, Any]) -> str:
+    """Why the converter ``name`` raised ``error`` reading ``settings`` (config.json), and the
+    fix: the field config.json lacks, or a lookup of the converter's own that failed."""
+    key = error.args[0] if error.args else None
+    converter = f"converter {name} of {default_registry().resolve('converter', name).plugin}"
+    if isinstance(key, str) and key not in settings:
+        return (
+            f"{CONFIG} has no field {key[:80]!r}, which the converter reads ({converter}). Give "
+            f"it the value the model was imported with (nnx import hf copies the source's "
+            f"{CONFIG} beside config.yaml), or give that {CONFIG} with --hf-config"
+        )
+    shown = repr(key)[:80]
+    return f"the converter failed looking up {shown} (KeyError) ({converter}): fix the converter"
+
+
+def _check_targets(
+    rows: list[tuple[str, Rule, int | None]], state: Mapping[str, Any], name: str, source: str
+) -> None:
+    """Refuse, before anything is written, a tensor the converter's table makes from a
+    parameter the model does not have (a table that config.json makes ask for more than the
+    converter's config builds)."""
+    for tensor, rule, _ in rows:
+        for target in rule.targets:
+            if target not in state:
+                have = sorted(state)
+                shown = ", ".join(have[:8]) + (
+                    f" and {len(have) - 8:,} more" if len(have) > 8 else ""
+                )
+                raise ExportError(
+                    f"the converter {name} writes the tensor {tensor!r} from the parameter "
+                    f"{target!r}, which the model of {source} does not have (its parameters: "
+                    f"{shown or 'none'}). Export with the {CONFIG} the model was imported with "
+                    f"(--hf-config), or fix the converter's table."
+                )
 
 
 def _side_files(folder: pathlib.Path) -> list[tuple[str, bytes]]:

@@ -153,9 +153,9 @@ def test_an_output_that_exists_is_replaced_only_with_overwrite_and_a_link_is_not
         (
             {"x.npz": {"x": np.ones((2, 5))}},
             ["--input", "x.npz", "--output", "o.csv"],
-            r"--input x\.npz: array 'x': the model expects examples of shape \(3,\), those of its "
-            r"data \(train\.csv\), but the file gives examples of shape \(5,\) \(an array of shape "
-            r"\(2, 5\)\)\. Give an array of shape \(N, 3\)",
+            r"--input x\.npz: array 'x': the model takes examples of shape \(3,\), but the file "
+            r"gives float32 examples of shape \(5,\) \(an array of shape \(2, 5\)\)\. Give an "
+            r"array of shape \(N, 3\): N examples\.",
         ),
         (
             {"x.npz": {"x": np.ones((0, 3))}},
@@ -175,8 +175,8 @@ def test_an_output_that_exists_is_replaced_only_with_overwrite_and_a_link_is_not
         (
             {"x.npz": {"x": np.ones((2, 3, 1))}},
             ["--input", "x.npz", "--output", "o.csv"],
-            r"the model expects examples of shape \(3,\), .* but the file gives examples of shape "
-            r"\(3, 1\)",
+            r"the model takes examples of shape \(3,\), but the file gives float32 examples of "
+            r"shape \(3, 1\)",
         ),
         (
             {"n.csv": "a,b\n1,2\n"},
@@ -244,14 +244,13 @@ def test_examples_of_another_shape_than_the_datas_are_named_with_both_shapes(
     assert main([*argv, "--output", "o.npz"]) == 1
     err = capsys.readouterr().err
     assert err == (
-        "nnx: error: --input flat.npz: array 'x': the model expects examples of shape "
-        "(8, 8, 1), those of its data (digits, layout NHWC), but the file gives examples of "
-        "shape (64,) (an array of shape (4, 64)). Give an array of shape (N, 8, 8, 1): N "
-        "examples as the model was trained on.\n"
+        "nnx: error: --input flat.npz: array 'x': the model takes examples of shape "
+        "(8, 8, 1), but the file gives float32 examples of shape (64,) (an array of shape "
+        "(4, 64)). Give an array of shape (N, 8, 8, 1): N examples.\n"
     )
     assert not (tmp_path / "o.npz").exists()
     flat = Inputs(np.ones((4, 64), np.float32), "flat.npz: array 'x'")
-    with pytest.raises(PredictError, match=r"expects examples of shape \(8, 8, 1\), .* \(64,\)"):
+    with pytest.raises(PredictError, match=r"takes examples of shape \(8, 8, 1\), .* \(64,\)"):
         check_inputs(load_train_config("cnn.yaml"), flat)
 
 
