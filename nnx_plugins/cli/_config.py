@@ -81,6 +81,7 @@ def _config_validate(args: argparse.Namespace) -> int:
     from ..config._load import load_config  # (here: the listing commands stay light)
     from ..config._shapes import spell  # (here: the listing commands stay light)
     from ..training._validate import check_config  # (here: the listing commands stay light)
+    from ..training.checkpoints._save import CheckpointError  # (here: listing stays light)
 
     files, overrides = split_arguments([*args.files, *args.overrides])
     if not files:
@@ -93,7 +94,7 @@ def _config_validate(args: argparse.Namespace) -> int:
     for path in files:
         try:
             check = check_config(load_config(path, overrides=overrides), data=data)
-        except ConfigError as error:
+        except (ConfigError, CheckpointError) as error:
             report(str(error))
             status = 1
             continue

@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -37,7 +38,7 @@ from .checkpoints._load import load
 from .checkpoints._manifest import read_manifest
 from .checkpoints._save import CheckpointError, latest_checkpoint
 
-__all__ = ["initialize", "start_from"]
+__all__ = ["initialize", "start_from", "check_init_from"]
 
 
 def start_from(plan: Any, model: Any, optimizer: Any) -> Any:
@@ -72,9 +73,29 @@ def initialize(plan: Any, model: Any) -> bool:
     init_from = plan.config.sections["checkpoint"].init_from
     if init_from is None or latest_checkpoint(plan.ckpt_dir) is not None:
         return False
-    where = _located(plan.config, ("checkpoint", "init_from"))
+    _fill(plan.config, plan.parts, model)
+    return True
+
+
+def check_init_from(config: Any, parts: Any, make: Callable[[], Any]) -> None:
+    """What `initialize` checks of ``config``'s ``checkpoint.init_from``, for ``nnx config
+    validate``: the model ``make`` builds (``(model, optimizer)``, as the run's constructor),
+    built abstractly, is filled from the checkpoint, whose tensors are read and checked (their
+    checksums) as the run reads them, then dropped. Nothing when it names none.
+
+    Raises:
+        CheckpointError: as `initialize`.
+    """
+    if config.sections["checkpoint"].init_from is not None:
+        _fill(config, parts, nnx.eval_shape(make)[0])
+
+
+def _fill(config: Any, parts: Any, model: Any) -> None:
+    """Fill ``model`` from ``checkpoint.init_from`` (see `initialize`)."""
+    init_from = config.sections["checkpoint"].init_from
+    where = _located(config, ("checkpoint", "init_from"))
     try:
-        _check_data(plan, read_manifest(init_from), where)
+        _check_data(parts, read_manifest(init_from), where)
         load(init_from, into=model, allow_missing=LoRAParam)
     except _DataDiffers as differs:
         raise CheckpointError(differs.directory, differs.problems, action="start from") from None
@@ -86,21 +107,20 @@ def initialize(plan: Any, model: Any) -> bool:
         raise CheckpointError(
             error.directory, [first, *error.problems], action="start from"
         ) from None
-    return True
 
 
 class _DataDiffers(CheckpointError):
     """`_check_data`'s refusal (located already)."""
 
 
-def _check_data(plan: Any, manifest: dict[str, Any], where: str) -> None:
+def _check_data(parts: Any, manifest: dict[str, Any], where: str) -> None:
     """Refuse a checkpoint trained on token ids that mean other tokens than this run's data
     gives (another tokenizer, or none: the data's ``check_state`` of the checkpoint's record),
     as a resume does."""
     saved = (manifest.get("run") or {}).get("data")
     if not isinstance(saved, dict):
         return
-    problem = plan.parts.call(plan.parts.data, "check_state", saved)
+    problem = parts.call(parts.data, "check_state", saved)
     if problem:
         raise _DataDiffers(
             manifest["directory"],

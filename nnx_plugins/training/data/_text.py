@@ -33,11 +33,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import os
 import sysconfig
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 import jax
@@ -55,11 +57,61 @@ from ._base import (
 from ._files import check_size, open_regular
 from ._masking import SPLITS, Masking, as_masking, mask_rows
 from ._paths import glob_files, has_magic, walk_files
-from ._tokenizers import make_tokenizer
+from ._tokenizers import check_special_tokens, make_tokenizer
 
-__all__ = ["TextDataset", "Vocabulary", "STDLIB_PREFIX", "text_files"]
+__all__ = ["TextDataset", "Vocabulary", "STDLIB_PREFIX", "text_files", "TextChecks", "checks_only"]
 
 STDLIB_PREFIX = "stdlib:"
+
+FIRST_SAMPLE = 1 << 16
+"""The characters of text a tokenizer first encodes under `checks_only` (doubled as needed)."""
+
+_MARGIN = 64
+"""Tokens of an encoded prefix not counted: at its cut, the whole text's tokens may differ."""
+
+
+@dataclasses.dataclass
+class TextChecks:
+    """What `checks_only` knows of the model: ``ids_below``, the ids its ``Embed`` and logits
+    take (None: not known yet)."""
+
+    ids_below: int | None = None
+
+
+_CHECKS: contextvars.ContextVar[TextChecks | None] = contextvars.ContextVar(
+    "nnx_text_checks", default=None
+)
+
+
+@contextlib.contextmanager
+def checks_only() -> Iterator[TextChecks]:
+    """Within it (``nnx config validate``), a text dataset with a tokenizer made there encodes
+    only a prefix of its text (`FIRST_SAMPLE` characters, doubled until each check passes):
+    the token counts its checks need grow with the text, so a prefix that passes them proves
+    the whole text does. A check that fails is made again on the whole text, so its refusal is
+    the one ``nnx train`` gives. Its token ids stand for the whole text's once every id the
+    tokenizer has is below the yielded `TextChecks`' ``ids_below`` (set it when the model is
+    known); else the whole text is encoded for them. Only the checks use such a dataset.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> from nnx_plugins.training.data._text import TextDataset, checks_only
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+        >>> _ = path.write_text("The quick brown fox. " * 20_000, encoding="utf-8")
+        >>> tokenizer = {"type": "hf", "path": "tests/fixtures/hf/llama/tokenizer.json"}
+        >>> with checks_only():
+        ...     checked = TextDataset(str(path), seq_len=8, tokenizer=tokenizer)
+        ...     checked.steps_per_epoch(4) > 0
+        True
+        >>> whole = TextDataset(str(path), seq_len=8, tokenizer=tokenizer)
+        >>> len(checked.tokens) < len(whole.tokens)
+        True
+    """
+    token = _CHECKS.set(TextChecks())
+    try:
+        yield _CHECKS.get()  # type: ignore[misc]
+    finally:
+        _CHECKS.reset(token)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,6 +325,8 @@ class TextDataset(Dataset):
             _check_masking(self.masking, seq_len=seq_len, level=level, tokenizer=tokenizer)
         self.name = os.path.basename(path.rstrip("/")) or path
         self.validation = 0.0  # (the share of the training tokens held out: `hold_out`)
+        self._checks = _CHECKS.get()  # (`checks_only`: a prefix, as long as the checks need)
+        self._sample, self._partial = FIRST_SAMPLE, False
 
     @classmethod
     def resolve_path(cls, value: str, folder: str) -> str:
@@ -282,13 +336,25 @@ class TextDataset(Dataset):
         return os.path.join(folder, value)
 
     @functools.cached_property
-    def _corpus(self) -> tuple[np.ndarray, Vocabulary, int]:
-        files = text_files(self.path)
-        text = _read_text(files)
+    def _text(self) -> str:
+        text = _read_text(text_files(self.path))
         if not text.strip():
             raise DataError(f"{self.path!r} holds no text (its files are empty).", key="path")
+        return text
+
+    @functools.cached_property
+    def _tokenizer(self) -> Any:
+        """The tokenizer (its special tokens checked: `check_special_tokens`)."""
+        tokenizer = make_tokenizer(self.tokenizer)
+        check_special_tokens(tokenizer)
+        return tokenizer
+
+    @functools.cached_property
+    def _corpus(self) -> tuple[np.ndarray, Vocabulary, int]:
+        text = self._text
+        count = None
         if self.tokenizer is not None:  # (vocabulary: the level's, unused but for its size)
-            tokens = make_tokenizer(self.tokenizer).encode(text, special_tokens=False)
+            tokens, count = self._encoded(text)
             vocabulary = Vocabulary("bytes")
         elif self.level == "bytes":
             tokens = np.frombuffer(text.encode("utf-8"), np.uint8)
@@ -298,15 +364,51 @@ class TextDataset(Dataset):
             unique, tokens = np.unique(codes, return_inverse=True)
             vocabulary = Vocabulary("characters", "".join(map(chr, unique.tolist())))
             tokens = tokens.astype(np.int32)
-        held = max(self.seq_len + 1, int(round(len(tokens) * self.test_fraction)))
-        if len(tokens) - held < self.seq_len + 1:
+        count = len(tokens) if count is None else count
+        held = max(self.seq_len + 1, int(round(count * self.test_fraction)))
+        if count - held < self.seq_len + 1:
             raise DataError(
-                f"{self.path!r} holds {len(tokens):,} tokens: too few for training windows of "
+                f"{self.path!r} holds {count:,} tokens: too few for training windows of "
                 f"seq_len {self.seq_len} plus a test split of {held:,}. Give more text or a "
                 "smaller seq_len.",
                 key="path",
             )
-        return tokens, vocabulary, len(tokens) - held
+        return tokens, vocabulary, count - held
+
+    def _encoded(self, text: str) -> tuple[np.ndarray, int]:
+        """The tokenizer's ids of ``text`` and how many of them count; under `checks_only`,
+        of its first `_sample` characters (cut after a line), less `_MARGIN`."""
+        end = len(text)
+        if self._checks is not None and self._sample < len(text):
+            end = text.rfind("\n", 0, self._sample) + 1 or self._sample
+        tokens = self._tokenizer.encode(text[:end], special_tokens=False)
+        self._partial = end < len(text)
+        return tokens, max(len(tokens) - _MARGIN, 0) if self._partial else len(tokens)
+
+    def _checked(self, read: Callable[[], Any]) -> Any:
+        """``read()``; when it fails on a prefix of the text (`checks_only`), again on twice
+        as much, until it passes or fails on the whole text."""
+        while True:
+            try:
+                return read()
+            except DataError:
+                if not self._partial:
+                    raise
+            self._encode_more(self._sample * 2)
+
+    def _encode_more(self, characters: int) -> None:
+        """Encode the first ``characters`` of the text next time (forget what depends on it)."""
+        self._sample, self._partial = characters, False
+        for name in ("_corpus", "_train_end", "_starts"):
+            self.__dict__.pop(name, None)
+
+    def _whole(self) -> np.ndarray:
+        """Every token id of the text, also under `checks_only` unless the model takes every
+        id the tokenizer has (then those of the prefix stand for them)."""
+        below = None if self._checks is None else self._checks.ids_below
+        if self._partial and (below is None or self._vocab_size > below):
+            self._encode_more(len(self._text))
+        return self.tokens
 
     @property
     def token_name(self) -> str:
@@ -318,12 +420,13 @@ class TextDataset(Dataset):
 
     @property
     def vocabulary(self) -> Vocabulary:
-        return self._corpus[1]
+        return self._checked(lambda: self._corpus)[1]
 
     @property
     def tokens(self) -> np.ndarray:
-        """Every token id of the text (train, then test)."""
-        return self._corpus[0]
+        """Every token id of the text (train, then test; under `checks_only`, maybe those of
+        a prefix)."""
+        return self._checked(lambda: self._corpus)[0]
 
     def hold_out(self, fraction: float | None, *, seed: int) -> bool:
         """Hold the last ``fraction`` of the training tokens (default `DEFAULT_VALIDATION`; 0:
@@ -339,7 +442,7 @@ class TextDataset(Dataset):
         self.validation = DEFAULT_VALIDATION if fraction is None else float(fraction)
         self.__dict__.pop("_train_end", None)
         self.__dict__.pop("_starts", None)
-        return self._train_end < self._corpus[2]  # (checked now: before training starts)
+        return self._checked(lambda: self._train_end < self._corpus[2])  # (checked now)
 
     @functools.cached_property
     def _train_end(self) -> int:
@@ -396,10 +499,13 @@ class TextDataset(Dataset):
     @property
     def _vocab_size(self) -> int:
         if self.tokenizer is not None:
-            return int(make_tokenizer(self.tokenizer).vocab_size)
+            return int(self._tokenizer.vocab_size)
         return self.vocabulary.size
 
     def steps_per_epoch(self, batch_size: int) -> int:
+        return self._checked(lambda: self._steps_per_epoch(batch_size))
+
+    def _steps_per_epoch(self, batch_size: int) -> int:
         steps = len(self._starts) // batch_size
         if steps == 0:
             raise DataError(
@@ -474,16 +580,16 @@ class TextDataset(Dataset):
 
     def label_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
         """The token ids: every target is one of them."""
-        return (("tokens", self.tokens, 0),)
+        return (("tokens", self._whole(), 0),)
 
     def input_arrays(self) -> tuple[tuple[str, np.ndarray, int], ...]:
         """The token ids: every input is one of them (with masking, also the mask id and the
         largest random id)."""
         if self.masking is None:
-            return (("tokens", self.tokens, 0),)
+            return (("tokens", self._whole(), 0),)
         drawn = np.array([self.masking.mask_token_id, self._masking_vocab - 1])
         return (
-            ("tokens", self.tokens, 0),
+            ("tokens", self._whole(), 0),
             ("masking (mask_token_id, largest random id)", drawn, 0),
         )
 

@@ -11,7 +11,8 @@ as they come: it holds back the bytes of a character not yet complete), ``eos_to
 ``tokenizers`` library: no hand-written BPE. A malformed file is a `TokenizerError` naming the
 file and where in it the library stopped (line and column); so is a malformed
 ``tokenizer_config.json`` beside it (where its special tokens are named), once one of them is
-needed (a missing one names none).
+needed (a missing one names none), and so is a special token it names that is not a token of the
+``tokenizer.json`` (an ``eos_token`` no id has would end no generated text).
 
 Example:
     >>> from nnx_plugins.training.data._tokenizers import BytesTokenizer, HFTokenizer
@@ -28,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import os
@@ -52,6 +54,7 @@ __all__ = [
     "HFTokenizer",
     "MAX_TOKENIZER_BYTES",
     "make_tokenizer",
+    "check_special_tokens",
 ]
 
 MAX_TOKENIZER_BYTES = 256 * 1024 * 1024
@@ -213,6 +216,19 @@ def _special_token(config: Mapping[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
+_ROLE = {
+    "eos_token": "no EOS: generation would never stop at the end of a text",
+    "pad_token": "batches of prompts would be padded with the first EOS instead",
+    "bos_token": "the tokenizer's BOS token could not be found",
+}
+"""What a special token of tokenizer_config.json that no id has would silently do."""
+
+
+def _shown(token: str) -> str:
+    """A token's text as said in an error: at most 40 characters of it."""
+    return repr(token) if len(token) <= 40 else repr(token[:37] + "...")
+
+
 class HFTokenizer(Tokenizer):
     """A ``tokenizer.json`` read with the ``tokenizers`` library.
 
@@ -229,7 +245,9 @@ class HFTokenizer(Tokenizer):
         TokenizerError: (on first use) the file is missing, too large, not UTF-8, or not a
             tokenizer the library reads (with the line and column where it stopped); (when a
             special token is first read from it) the ``tokenizer_config.json`` beside it
-            cannot be read, is not JSON (with its line and column) or not a mapping.
+            cannot be read, is not JSON (with its line and column) or not a mapping, or names
+            as that token (EOS, padding, BOS) a text that is not a token of the file (the close
+            matches named).
     """
 
     path_arguments = ("path",)
@@ -268,9 +286,35 @@ class HFTokenizer(Tokenizer):
     def _config(self) -> dict[str, Any]:
         return _read_config(pathlib.Path(self.path).with_name("tokenizer_config.json"))
 
-    def _id(self, key: str) -> int | None:
+    def _named(self, key: str) -> tuple[str | None, int | None]:
+        """The token ``key`` of tokenizer_config.json names, and its id (None: none)."""
         token = _special_token(self._config, key)
-        return None if token is None else self._tokenizer.token_to_id(token)
+        return token, None if token is None else self._tokenizer.token_to_id(token)
+
+    def _id(self, key: str) -> int | None:
+        token, found = self._named(key)
+        if token is not None and found is None:
+            raise TokenizerError(self._not_a_token(key, token))
+        return found
+
+    def _not_a_token(self, key: str, token: str) -> str:
+        """Why ``key`` of tokenizer_config.json, naming ``token``, is refused, and the fix."""
+        special = [t.content for t in self._tokenizer.get_added_tokens_decoder().values()]
+        close = difflib.get_close_matches(token, special, n=3, cutoff=0.5)
+        if close:
+            hint = f" Did you mean {' or '.join(map(repr, close))}?"
+        elif special:
+            hint = f" Its special tokens are {', '.join(map(repr, special[:8]))}."
+        else:
+            hint = ""
+        given = {"eos_token": "eos_token_ids", "pad_token": "pad_token_id"}.get(key)
+        also = f", or give tokenizer.{given} in the config" if given else ""
+        side = pathlib.Path(self.path).with_name("tokenizer_config.json")
+        return (
+            f"{side}: '{key}' is {_shown(token)}, which is not a token of {self.path}: it would "
+            f"have no id ({_ROLE[key]}).{hint} Name one of its tokens, or remove the "
+            f"field{also}."
+        )
 
     @property
     def vocab_size(self) -> int:  # type: ignore[override]
@@ -298,7 +342,7 @@ class HFTokenizer(Tokenizer):
     def mask_token_id(self) -> int | None:
         """The id of the mask token of a masked LM: ``mask_token`` of ``tokenizer_config.json``,
         else ``[MASK]`` or ``<mask>`` when the vocabulary has it; None if none of them."""
-        found = self._id("mask_token")
+        found = self._named("mask_token")[1]
         for token in ("[MASK]", "<mask>"):
             if found is None:
                 found = self._tokenizer.token_to_id(token)
@@ -342,3 +386,18 @@ def make_tokenizer(spec: Mapping[str, Any] | None) -> Any:
         return BytesTokenizer()
     arguments = {k: v for k, v in spec.items() if k != "type"}
     return default_registry().get("tokenizer", spec.get("type", "bytes"))(**arguments)
+
+
+def check_special_tokens(tokenizer: Any) -> None:
+    """Read ``tokenizer``'s special token ids (EOS, padding, BOS) now, so that one its files
+    name wrongly is refused before a run, not when generation first needs it.
+
+    Raises:
+        TokenizerError: see `HFTokenizer` (a special token that is not a token of the file).
+
+    Example:
+        >>> from nnx_plugins.training.data._tokenizers import HFTokenizer, check_special_tokens
+        >>> check_special_tokens(HFTokenizer("tests/fixtures/hf/llama/tokenizer.json"))
+    """
+    for name in ("eos_token_ids", "pad_token_id", "bos_token_id"):
+        getattr(tokenizer, name, None)
