@@ -26,6 +26,9 @@ from nnx_plugins.training._compile_cache import (
     with_compile_cache,
 )
 
+# (these tests count what a run compiles and what its cache folder holds)
+pytestmark = pytest.mark.fresh_compile_cache
+
 EVENTS: list[str] = []
 _HITS, _WRITES = "/jax/compilation_cache/cache_hits", "/jax/compilation_cache/cache_misses"
 jax.monitoring.register_event_listener(

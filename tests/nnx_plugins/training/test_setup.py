@@ -13,6 +13,9 @@ from nnx_plugins.training._assembly import assemble
 from nnx_plugins.training._config import load_train_config
 from nnx_plugins.training._plan import ONE_PROGRAM_VARIABLES, make_plan, setup
 
+# (a test here counts the programs trained_model compiles: none may come from the cache)
+pytestmark = pytest.mark.fresh_compile_cache
+
 CONFIG = {
     "model": {
         "type": "Sequential",
