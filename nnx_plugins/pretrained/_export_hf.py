@@ -53,7 +53,7 @@ from ..config._build import build
 from ..registry._registry import default_registry
 from ..training._config import load_train_config
 from ..training.data._tokenizers import MAX_TOKENIZER_BYTES, HFTokenizer, TokenizerError
-from ._convert import Rule, backward, path_text, table_rows
+from ._convert import Rule, _listed, backward, path_text, table_rows
 from ._errors import PretrainedError
 from ._exporting import ExportError, new_output, trained_model, write_directory
 from ._import import find_converter
@@ -306,10 +306,7 @@ def _check_targets(
     for tensor, rule, _ in rows:
         for target in rule.targets:
             if target not in state:
-                have = sorted(state)
-                shown = ", ".join(have[:8]) + (
-                    f" and {len(have) - 8:,} more" if len(have) > 8 else ""
-                )
+                shown = _listed(sorted(state), ", ")
                 raise ExportError(
                     f"the converter {name} writes the tensor {tensor!r} from the parameter "
                     f"{target!r}, which the model of {source} does not have (its parameters: "
