@@ -8,14 +8,13 @@ import pytest
 import yaml
 
 from nnx_core import Module, Rngs
-from nnx_plugins import ConfigError, import_hf, load_config, register_layer
+from nnx_plugins import ConfigError, load_config, register_layer
 from nnx_plugins.cli._main import main
 from nnx_plugins.training._validate import check_config
 from nnx_plugins.training.tasks._causal import first_acausal
 from nnx_plugins.training.tasks._language_model import LanguageModel
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
-FIXTURES = ROOT / "tests" / "fixtures" / "hf"
 
 
 def attention(is_causal):
@@ -41,21 +40,6 @@ def text_file(tmp_path):
     path = tmp_path / "t.txt"
     path.write_text("hello world, the cat sat on the mat. " * 20, encoding="utf-8")
     return path
-
-
-@pytest.fixture(scope="module")
-def imported(tmp_path_factory):
-    """``imported(family)``: a fixture checkpoint's config (and weights), imported once."""
-    done = {}
-
-    def get(family):
-        if family not in done:
-            out = tmp_path_factory.mktemp("imported") / family
-            import_hf(FIXTURES / family, out)
-            done[family] = out
-        return done[family]
-
-    return get
 
 
 def imported_config(folder, text_file, **changes):
